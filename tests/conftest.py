@@ -1,0 +1,25 @@
+"""Shared fixtures: the optional ../shared data directory next to the project."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """The ../shared folder (golden files, tinyshakespeare); tests using it skip without it."""
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} is absent (clone-only checkout)")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def golden_bpe(shared_dir: Path) -> Path:
+    path = shared_dir / "golden" / "bpe"
+    if not path.is_dir():
+        pytest.skip(f"{path} is absent")
+    return path
