@@ -1,0 +1,33 @@
+"""The `tokenizer` config group as a dataclass, validated before any work starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from packlm.data.config import ConfigError
+
+
+@dataclass
+class TokenizerConfig:
+    vocab_size: int = 4096
+    """Total vocabulary: special tokens + 256 bytes + merges."""
+    special_tokens: list[str] = field(default_factory=lambda: ["<|endoftext|>", "<|pad|>"])
+    """Never merged, never split. The first is EOS (ends every document); "<|pad|>" is PAD."""
+    pattern: str = "gpt2"
+    """Pre-tokenization regex: "gpt2", "cl100k", or a regex string."""
+    path: str | None = None
+    """Load a saved tokenizer from this directory instead of training one."""
+
+    def validate(self) -> TokenizerConfig:
+        if len(set(self.special_tokens)) != len(self.special_tokens):
+            raise ConfigError(f"tokenizer.special_tokens={list(self.special_tokens)}: duplicates")
+        if any(not s for s in self.special_tokens):
+            raise ConfigError("tokenizer.special_tokens: empty string")
+        if self.path is None:
+            minimum = 256 + len(self.special_tokens)
+            if not isinstance(self.vocab_size, int) or self.vocab_size < minimum:
+                raise ConfigError(
+                    f"tokenizer.vocab_size={self.vocab_size}: must be at least 256 bytes + "
+                    f"{len(self.special_tokens)} special tokens = {minimum}"
+                )
+        return self
