@@ -143,29 +143,39 @@ class StoreWriter:
         self.tmp.mkdir()
         self._tokens = open(self.tmp / TOKENS_FILE, "wb")  # noqa: SIM115 (closed in finish/abort)
         self._ids = open(self.tmp / IDS_FILE, "w", encoding="utf-8")  # noqa: SIM115
-        self._offsets: list[int] = [0]
-        self._sources: list[int] = []
+        # Per-document arrays grow as numpy chunks (12 bytes a document), not Python ints.
+        self._offsets: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
+        self._sources: list[np.ndarray] = []
+        self._n_docs = 0
+        self._n_tokens = 0
+
+    @property
+    def n_docs(self) -> int:
+        return self._n_docs
+
+    @property
+    def n_tokens(self) -> int:
+        return self._n_tokens
 
     def add(self, ids: np.ndarray, doc_id: str, source_index: int = 0) -> None:
         """Append one document's ids (EOS already included)."""
         ids = np.asarray(ids)
-        if ids.size and int(ids.max()) >= self.vocab_size:
-            raise StoreError(f"document {doc_id!r}: id {int(ids.max())} >= vocab {self.vocab_size}")
-        self._tokens.write(ids.astype(self.dtype, copy=False).tobytes())
-        self._offsets.append(self._offsets[-1] + int(ids.size))
-        self._sources.append(source_index)
-        self._ids.write(doc_id.replace("\n", " ") + "\n")
+        self.add_many(ids, np.array([ids.size]), [doc_id], np.array([source_index]))
 
     def add_many(self, ids: np.ndarray, lengths: np.ndarray, doc_ids: list[str], sources: np.ndarray) -> None:
         """Append a batch of documents given as one flat array plus per-document lengths."""
         ids = np.asarray(ids)
         if ids.size and int(ids.max()) >= self.vocab_size:
-            raise StoreError(f"batch starting {doc_ids[0]!r}: id >= vocab {self.vocab_size}")
+            raise StoreError(f"batch starting {doc_ids[0]!r}: id {int(ids.max())} >= vocab {self.vocab_size}")
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if int(lengths.sum()) != ids.size or len(doc_ids) != len(lengths):
+            raise StoreError(f"batch starting {doc_ids[0]!r}: lengths do not match ids or doc_ids")
         self._tokens.write(ids.astype(self.dtype, copy=False).tobytes())
-        ends = self._offsets[-1] + np.cumsum(np.asarray(lengths, dtype=np.int64))
-        self._offsets.extend(ends.tolist())
-        self._sources.extend(np.asarray(sources).tolist())
+        self._offsets.append(self._n_tokens + np.cumsum(lengths))
+        self._sources.append(np.asarray(sources, dtype=np.int32))
         self._ids.write("".join(d.replace("\n", " ") + "\n" for d in doc_ids))
+        self._n_docs += len(lengths)
+        self._n_tokens += int(ids.size)
 
     def finish(self, manifest: dict[str, Any]) -> TokenStore:
         """Write offsets and manifest, fsync, and atomically move the store into place."""
@@ -173,15 +183,15 @@ class StoreWriter:
         os.fsync(self._tokens.fileno())
         self._tokens.close()
         self._ids.close()
-        np.save(self.tmp / OFFSETS_FILE, np.asarray(self._offsets, dtype=np.int64))
-        np.save(self.tmp / SOURCES_FILE, np.asarray(self._sources, dtype=np.int32))
+        np.save(self.tmp / OFFSETS_FILE, np.concatenate(self._offsets))
+        np.save(self.tmp / SOURCES_FILE, np.concatenate([np.zeros(0, np.int32), *self._sources]))
         manifest = dict(manifest)
         manifest["format_version"] = FORMAT_VERSION
         manifest["dtype"] = self.dtype.name
         manifest["vocab_size"] = self.vocab_size
         counts = dict(manifest.get("counts", {}))
-        counts["documents"] = len(self._offsets) - 1
-        counts["tokens"] = self._offsets[-1]
+        counts["documents"] = self._n_docs
+        counts["tokens"] = self._n_tokens
         manifest["counts"] = counts
         manifest["files"] = {
             name: (self.tmp / name).stat().st_size

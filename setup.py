@@ -1,0 +1,13 @@
+"""Builds the optional C merge loop of the tokenizer; packlm works without it (pure Python)."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "packlm.tokenizer._bpe",
+            ["src/packlm/tokenizer/_bpe.c"],
+            optional=True,
+        )
+    ]
+)

@@ -1,0 +1,8 @@
+"""Lightning callbacks of the training run: budgets, TensorBoard pictures and text."""
+
+from packlm.callbacks.batch_images import BatchImages
+from packlm.callbacks.budget import SupervisedTokenBudget
+from packlm.callbacks.text_samples import TextSamples
+from packlm.callbacks.token_axis import SupervisedTokenAxis
+
+__all__ = ["BatchImages", "SupervisedTokenAxis", "SupervisedTokenBudget", "TextSamples"]

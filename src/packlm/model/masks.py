@@ -1,0 +1,118 @@
+"""segment_ids -> the block-diagonal causal attention of a packed batch, built once per batch.
+
+allowed(i, j) = j <= i and seg[i] == seg[j] >= 0, and a PAD query (seg -1) attends to
+itself only, so no row of the mask is empty and softmax never sees an all -inf row.
+The trick used throughout: give every PAD position its own negative document id
+(-1 - t), then "same document and causal" is the whole rule.
+
+Three forms, one meaning:
+- stream rows (one segment per row, no PAD): no mask at all, SDPA with is_causal=True;
+- dense: an additive float mask [B, 1, T, T] for SDPA (0 allowed, -inf masked);
+- flex: a FlexAttention BlockMask (CUDA), which skips the blocks no query may see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+try:  # FlexAttention: torch >= 2.5
+    from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+except ImportError:  # pragma: no cover - old torch
+    BlockMask = create_block_mask = flex_attention = None  # type: ignore[assignment,misc]
+
+
+def document_ids(segment_ids: Tensor) -> Tensor:
+    """[B, T] segment ids -> [B, T] ids where each PAD position is a one-token document."""
+    T = segment_ids.shape[-1]
+    singletons = -1 - torch.arange(T, device=segment_ids.device, dtype=segment_ids.dtype)  # [T]
+    return torch.where(segment_ids >= 0, segment_ids, singletons)  # [B, T]
+
+
+def allowed(segment_ids: Tensor) -> Tensor:
+    """[B, T] -> bool [B, T, T]: may query i (dim 1) attend to key j (dim 2)."""
+    T = segment_ids.shape[-1]
+    doc = document_ids(segment_ids)  # [B, T]
+    causal = torch.ones(T, T, dtype=torch.bool, device=doc.device).tril()  # [T, T]
+    return causal & (doc[:, :, None] == doc[:, None, :])  # [B, T, T]
+
+
+def additive_mask(segment_ids: Tensor, dtype: torch.dtype) -> Tensor:
+    """[B, T] -> [B, 1, T, T] float mask (0 where allowed, -inf elsewhere) for SDPA.
+
+    SDPA turns a bool mask into this float form inside every call, i.e. once per layer;
+    handing it the float mask built once per batch saves that (see bench/model.py).
+    """
+    ok = allowed(segment_ids)[:, None]  # [B, 1, T, T]
+    zero = torch.zeros((), dtype=dtype, device=ok.device)
+    return zero.masked_fill(~ok, float("-inf"))  # [B, 1, T, T]
+
+
+def is_stream(segment_ids: Tensor | None) -> bool:
+    """One segment per row and no PAD (all ids 0): plain causal attention is exact.
+
+    On CUDA this reads one bool back from the device, once per batch.
+    """
+    return segment_ids is None or not bool((segment_ids != 0).any())
+
+
+def flex_block_mask(segment_ids: Tensor) -> BlockMask:
+    """[B, T] -> a FlexAttention BlockMask of the same rule, shared by all heads and layers."""
+    if create_block_mask is None:  # pragma: no cover
+        raise RuntimeError("model.attention=flex needs torch >= 2.5 (FlexAttention)")
+    B, T = segment_ids.shape
+    doc = document_ids(segment_ids)  # [B, T]
+
+    def same_document_causal(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (doc[b, q_idx] == doc[b, kv_idx])
+
+    return create_block_mask(same_document_causal, B, None, T, T, device=segment_ids.device)
+
+
+@dataclass
+class AttentionMask:
+    """What every layer needs to attend; exactly one kind of mask is set."""
+
+    is_causal: bool = False
+    dense: Tensor | None = None  # [B, 1, T, T] additive, for SDPA
+    block: BlockMask | None = None  # for FlexAttention
+
+
+def resolve_backend(attention: str, device: torch.device) -> str:
+    """auto -> flex on CUDA (compiled kernels exist there), sdpa elsewhere."""
+    if attention == "auto":
+        return "flex" if device.type == "cuda" and flex_attention is not None else "sdpa"
+    return attention
+
+
+def build_mask(segment_ids: Tensor | None, backend: str, dtype: torch.dtype) -> AttentionMask:
+    """The mask of one batch, built once and reused by every layer."""
+    if is_stream(segment_ids):
+        return AttentionMask(is_causal=True)
+    if backend == "flex":
+        return AttentionMask(block=flex_block_mask(segment_ids))
+    return AttentionMask(dense=additive_mask(segment_ids, dtype))
+
+
+_compiled_flex = None
+
+
+def _flex(q: Tensor) -> object:
+    """Compiled flex_attention on CUDA (fused kernel); eager reference elsewhere."""
+    global _compiled_flex
+    if q.device.type != "cuda":
+        return flex_attention
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention)
+    return _compiled_flex
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:
+    """q, k, v [B, H, T, D] -> [B, H, T, D] under `mask`."""
+    if mask.block is not None:
+        return _flex(q)(q, k, v, block_mask=mask.block)
+    dense = None if mask.dense is None else mask.dense.to(q.dtype)  # no-op unless autocast
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=dense, is_causal=mask.is_causal)

@@ -1,0 +1,162 @@
+"""A small causal Transformer for packed batches: read it top to bottom.
+
+Token embedding -> n_layer pre-norm blocks (RMSNorm, attention with rotary positions,
+RMSNorm, SwiGLU MLP) -> RMSNorm -> output head tied to the embedding.
+
+Packing-aware in two places only: rotary angles come from `position_ids` (0 at each
+document start), and attention uses the block-diagonal mask built from `segment_ids`
+once per forward (masks.py). Together they make a packed row compute exactly what each
+of its documents computes alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from packlm.model import masks
+from packlm.model.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+class Rotary(nn.Module):
+    """cos/sin of the rotary angles at each token's position, computed once per forward."""
+
+    def __init__(self, head_dim: int, base: float):
+        super().__init__()
+        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # [D/2]
+
+    def forward(self, position_ids: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        angles = position_ids[:, None, :, None].to(self.inv_freq.dtype) * self.inv_freq  # [B, 1, T, D/2]
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (x[..., i], x[..., i + D/2]) of x [B, H, T, D] by the angles [B, 1, T, D/2]."""
+    x1, x2 = x.chunk(2, dim=-1)  # [B, H, T, D/2] each
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # [B, H, T, D]
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=False)
+        self.proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
+        self.proj.residual = True  # scaled init, see Transformer._init_weights
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: masks.AttentionMask) -> Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)  # [B, T, C] each
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        y = masks.attend(q, k, v, mask)  # [B, H, T, D]
+        y = y.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
+        return self.proj(y)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        hidden = config.mlp_hidden
+        self.gate_up = nn.Linear(config.n_embd, 2 * hidden, bias=False)
+        self.down = nn.Linear(hidden, config.n_embd, bias=False)
+        self.down.residual = True
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)  # [B, T, hidden] each
+        return self.down(F.silu(gate) * up)  # [B, T, C]
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.norm1 = RMSNorm(config.n_embd)
+        self.attn = Attention(config)
+        self.norm2 = RMSNorm(config.n_embd)
+        self.mlp = SwiGLU(config)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: masks.AttentionMask) -> Tensor:
+        x = x + self.drop(self.attn(self.norm1(x), cos, sin, mask))
+        x = x + self.drop(self.mlp(self.norm2(x)))
+        return x
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config.validate()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.drop = nn.Dropout(config.dropout)
+        self.rotary = Rotary(config.head_dim, config.rope_base)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.norm_f = RMSNorm(config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """nanoGPT/GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer)
+        so the residual stream's variance does not grow with depth."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            std = 0.02
+            if getattr(module, "residual", False):
+                std /= math.sqrt(2 * self.config.n_layer)
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # tied weights counted once
+
+    def forward(
+        self, input_ids: Tensor, segment_ids: Tensor | None = None, position_ids: Tensor | None = None
+    ) -> Tensor:
+        """input_ids [B, T] -> logits [B, T, V].
+
+        segment_ids [B, T]: document index inside the row, -1 for PAD; None means one
+        document per row. position_ids [B, T]: None derives them from segment_ids (0 at
+        each document start).
+        """
+        B, T = input_ids.shape
+        if position_ids is None:
+            position_ids = positions_from_segments(segment_ids, B, T, input_ids.device)
+        x = self.drop(self.wte(input_ids))  # [B, T, C]
+        dtype = _compute_dtype(x)
+        backend = masks.resolve_backend(self.config.attention, x.device)
+        mask = masks.build_mask(segment_ids, backend, dtype)  # once for all layers
+        cos, sin = self.rotary(position_ids, dtype)  # [B, 1, T, D/2] each
+        for block in self.blocks:
+            x = block(x, cos, sin, mask)  # [B, T, C]
+        return self.lm_head(self.norm_f(x))  # [B, T, V]
+
+
+def positions_from_segments(segment_ids: Tensor | None, B: int, T: int, device) -> Tensor:
+    """[B, T] positions: 0 at the row start and wherever the segment id changes, +1 per token."""
+    t = torch.arange(T, device=device).expand(B, T)  # [B, T]
+    if segment_ids is None:
+        return t
+    starts = torch.ones(B, T, dtype=torch.bool, device=device)
+    starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]  # [B, T]
+    last_start = torch.where(starts, t, 0).cummax(dim=1).values  # [B, T]
+    return t - last_start
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype attention will run in (autocast's, if on), so the mask is built in it."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype

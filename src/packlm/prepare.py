@@ -1,0 +1,33 @@
+"""`python -m packlm.prepare [overrides]`: train or load the tokenizer, build both token stores.
+
+Takes the same Hydra overrides as train.py, so a cluster job can build the cache once
+before many training jobs share it; prints the manifests (and the tokenizer's directory)
+as JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from packlm.config import CONFIG_DIR, data_config, tokenizer_config
+from packlm.data.pipeline import prepare_stores
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
+def main(cfg: DictConfig) -> None:
+    prepared = prepare_stores(data_config(cfg), tokenizer_config(cfg), cfg.cache_dir, progress=True)
+    report = {
+        "tokenizer": str(prepared.tokenizer_dir),
+        "train": {"path": str(prepared.train_dir), **prepared.train_manifest},
+        "val": {"path": str(prepared.val_dir), **prepared.val_manifest},
+    }
+    json.dump(report, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Autoregressive sampling from a causal LM: temperature, top-k, context cropping.
+
+No KV cache: the models packlm trains are small and sampling is for looking at what a
+run learned (TensorBoard text samples, `python -m packlm.generate`), not for serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+
+@torch.no_grad()
+def sample_tokens(
+    logits_fn: Callable[[Tensor], Tensor],
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    context_length: int,
+    temperature: float = 1.0,
+    top_k: int | None = 50,
+    stop_id: int | None = None,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> list[int]:
+    """Sample up to `max_new_tokens` ids after `prompt_ids`; stop early at `stop_id`.
+
+    `logits_fn` maps input ids [1, T] to logits [1, T, V]. temperature 0 is greedy.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature}: must be >= 0")
+    if top_k is not None and top_k <= 0:
+        raise ValueError(f"top_k={top_k}: must be a positive integer or null")
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # [1, T]
+    new: list[int] = []
+    for _ in range(max_new_tokens):
+        context = ids[:, -context_length:]  # [1, <=C]
+        logits = logits_fn(context)[0, -1].float().cpu()  # [V]
+        if temperature == 0:
+            next_id = int(logits.argmax())
+        else:
+            logits = logits / temperature
+            if top_k is not None and top_k < logits.numel():
+                kth = torch.topk(logits, top_k).values[-1]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = torch.softmax(logits, dim=-1)
+            next_id = int(torch.multinomial(probs, 1, generator=generator))
+        new.append(next_id)
+        if stop_id is not None and next_id == stop_id:
+            break
+        ids = torch.cat([ids, torch.tensor([[next_id]], device=ids.device)], dim=1)
+    return new

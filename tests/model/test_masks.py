@@ -1,0 +1,117 @@
+"""segment_ids -> mask: the rule, its three forms, and positions from segments."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packlm.model import masks
+from packlm.model.transformer import positions_from_segments
+
+
+def brute_force(seg: list[int]) -> torch.Tensor:
+    """The DESIGN rule, literally."""
+    T = len(seg)
+    out = torch.zeros(T, T, dtype=torch.bool)
+    for i in range(T):
+        for j in range(T):
+            out[i, j] = (j <= i and seg[i] == seg[j] >= 0) or (seg[i] < 0 and i == j)
+    return out
+
+
+def test_worked_example():
+    got = masks.allowed(torch.tensor([[0, 0, 0, 1, 1]]))[0]
+    expected = torch.tensor(
+        [
+            [1, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0],
+            [1, 1, 1, 0, 0],
+            [0, 0, 0, 1, 0],
+            [0, 0, 0, 1, 1],
+        ],
+        dtype=torch.bool,
+    )
+    assert torch.equal(got, expected)
+
+
+def test_pad_queries_see_only_themselves_and_are_never_keys():
+    seg = torch.tensor([[0, 0, -1, -1, 1, -1]])
+    ok = masks.allowed(seg)[0]
+    pad = (seg[0] < 0).nonzero().flatten()
+    for p in pad.tolist():
+        assert ok[p].nonzero().flatten().tolist() == [p]  # query: itself only
+        assert ok[:, p].nonzero().flatten().tolist() == [p]  # key: for itself only
+    assert ok.any(dim=1).all()  # no empty row
+
+
+segments = st.lists(st.integers(min_value=-1, max_value=3), min_size=1, max_size=24)
+
+
+@given(st.lists(segments, min_size=1, max_size=3).map(lambda rows: [r + [-1] * (24 - len(r)) for r in rows]))
+@settings(max_examples=60, deadline=None)
+def test_allowed_matches_the_rule(rows):
+    seg = torch.tensor(rows, dtype=torch.int32)
+    got = masks.allowed(seg)
+    for b, row in enumerate(rows):
+        assert torch.equal(got[b], brute_force(row))
+
+
+def test_additive_mask_has_no_empty_row_and_matches_bool():
+    seg = torch.tensor([[0, 0, 1, 1, -1, -1], [-1] * 6], dtype=torch.int32)
+    add = masks.additive_mask(seg, torch.float32)  # [B, 1, T, T]
+    assert add.shape == (2, 1, 6, 6)
+    assert torch.equal(add[:, 0] == 0, masks.allowed(seg))
+    q = k = v = torch.randn(2, 3, 6, 8)
+    out = masks.attend(q, k, v, masks.AttentionMask(dense=add))
+    assert torch.isfinite(out).all()  # all-PAD row included
+
+
+def test_stream_detection():
+    assert masks.is_stream(None)
+    assert masks.is_stream(torch.zeros(2, 5, dtype=torch.int32))
+    assert not masks.is_stream(torch.tensor([[0, 0, 1]]))
+    assert not masks.is_stream(torch.tensor([[0, 0, -1]]))
+    assert masks.build_mask(torch.zeros(2, 5, dtype=torch.int32), "sdpa", torch.float32).is_causal
+
+
+def test_is_causal_equals_dense_mask_for_stream_rows():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 7, 4, dtype=torch.float64) for _ in range(3))
+    zeros = torch.zeros(2, 7, dtype=torch.int32)
+    causal = masks.attend(q, k, v, masks.AttentionMask(is_causal=True))
+    dense = masks.attend(q, k, v, masks.AttentionMask(dense=masks.additive_mask(zeros, q.dtype)))
+    torch.testing.assert_close(causal, dense, atol=1e-12, rtol=0)
+
+
+def test_resolve_backend():
+    assert masks.resolve_backend("auto", torch.device("cpu")) == "sdpa"
+    assert masks.resolve_backend("flex", torch.device("cpu")) == "flex"
+    assert masks.resolve_backend("sdpa", torch.device("cuda")) == "sdpa"
+
+
+def test_flex_matches_sdpa_on_cpu():
+    if masks.flex_attention is None:
+        pytest.skip("no FlexAttention in this torch")
+    torch.manual_seed(0)
+    seg = torch.tensor([[0] * 5 + [1] * 7 + [-1] * 4, [0] * 3 + [1] * 13], dtype=torch.int32)
+    q, k, v = (torch.randn(2, 2, 16, 8) for _ in range(3))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "called without torch.compile" on CPU
+            flex = masks.attend(q, k, v, masks.build_mask(seg, "flex", q.dtype))
+    except Exception as err:  # pragma: no cover - depends on the torch build
+        pytest.skip(f"FlexAttention does not run on CPU here: {err}")
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=masks.allowed(seg)[:, None])
+    torch.testing.assert_close(flex, sdpa, atol=1e-5, rtol=1e-5)
+
+
+def test_positions_from_segments():
+    seg = torch.tensor([[0, 0, 0, 1, 1, -1, -1], [0, 0, 0, 0, 0, 0, 0]])
+    pos = positions_from_segments(seg, 2, 7, seg.device)
+    assert pos.tolist() == [[0, 1, 2, 0, 1, 0, 1], [0, 1, 2, 3, 4, 5, 6]]
+    assert positions_from_segments(None, 1, 3, "cpu").tolist() == [[0, 1, 2]]
