@@ -2,12 +2,13 @@
 
 Takes the same Hydra overrides as train.py, so a cluster job can build the cache once
 before many training jobs share it; prints the manifests (and the tokenizer's directory)
-as JSON on stdout.
+as JSON on stdout, logs and progress bars on stderr.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 import hydra
@@ -19,6 +20,7 @@ from packlm.data.pipeline import prepare_stores
 
 @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
+    _logs_to_stderr()
     prepared = prepare_stores(data_config(cfg), tokenizer_config(cfg), cfg.cache_dir, progress=True)
     report = {
         "tokenizer": str(prepared.tokenizer_dir),
@@ -27,6 +29,13 @@ def main(cfg: DictConfig) -> None:
     }
     json.dump(report, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
+
+
+def _logs_to_stderr() -> None:
+    """Hydra logs to stdout; move that to stderr so `... > manifests.json` holds only JSON."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ def train(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, float
     datamodule.setup("fit")
     model_config = replace(config.model, vocab_size=datamodule.vocab_size)
     optim = _schedule_horizon(config, datamodule)
-    module = LitCausalLM(model=model_config, optim=optim, token_byte_lengths=datamodule.token_byte_lengths)
+    module = LitCausalLM(model=model_config, optim=optim)
+    module.set_token_byte_lengths(datamodule.token_byte_lengths)  # for val/bpb
 
     logger = TensorBoardLogger(save_dir=str(run_dir), name="tb", version="", default_hp_metric=False)
     checkpoints = ModelCheckpoint(
@@ -73,6 +74,7 @@ def train(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, float
         logger=logger,
         callbacks=callbacks,
         use_distributed_sampler=False,  # the DataModule shards the epoch plan itself
+        reload_dataloaders_every_n_epochs=1,  # each epoch has its own plan (and length)
         default_root_dir=str(run_dir),
     )
     _log_hparams(logger, config, datamodule)

@@ -52,7 +52,11 @@ def test_pad_queries_see_only_themselves_and_are_never_keys():
 segments = st.lists(st.integers(min_value=-1, max_value=3), min_size=1, max_size=24)
 
 
-@given(st.lists(segments, min_size=1, max_size=3).map(lambda rows: [r + [-1] * (24 - len(r)) for r in rows]))
+@given(
+    st.lists(segments, min_size=1, max_size=3).map(
+        lambda rows: [r + [-1] * (24 - len(r)) for r in rows]
+    )
+)
 @settings(max_examples=60, deadline=None)
 def test_allowed_matches_the_rule(rows):
     seg = torch.tensor(rows, dtype=torch.int32)

@@ -16,7 +16,9 @@ from packlm.model import ModelConfig, Transformer
 
 
 def sum_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+    return F.cross_entropy(
+        logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
+    )
 
 
 def run(model, batch):
@@ -42,7 +44,9 @@ def test_packed_row_equals_each_document_alone(lengths):
     for doc in docs:
         alone = pack_row([doc], T=len(doc))
         alone_logits = model(alone["input_ids"])  # no segments, positions 0..n-1
-        torch.testing.assert_close(logits[0, start : start + len(doc)], alone_logits[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            logits[0, start : start + len(doc)], alone_logits[0], atol=1e-5, rtol=0
+        )
         sum_ce(alone_logits, alone["labels"]).backward()  # grads accumulate over documents
         start += len(doc)
     alone_grads = grads(model)
@@ -99,7 +103,9 @@ def test_ignored_positions_pass_no_gradient():
     assert ignored.sum() == 2 + 4
     assert torch.equal(logits.grad[0, ignored], torch.zeros_like(logits.grad[0, ignored]))
     # an ignored position that is no earlier token's key gets no gradient into its input either
-    assert torch.equal(captured["emb"].grad[0, ignored], torch.zeros_like(captured["emb"].grad[0, ignored]))
+    assert torch.equal(
+        captured["emb"].grad[0, ignored], torch.zeros_like(captured["emb"].grad[0, ignored])
+    )
 
     # whatever sits at PAD positions changes no real logit
     noisy = dict(batch, input_ids=batch["input_ids"].clone())

@@ -59,7 +59,12 @@ class _SplitState:
 
 
 def build_stores(
-    corpus: Corpus, tokenizer: Any, header: StoreHeader, dest: Path, workers: int, progress: bool = True
+    corpus: Corpus,
+    tokenizer: Any,
+    header: StoreHeader,
+    dest: Path,
+    workers: int,
+    progress: bool = True,
 ) -> tuple[TokenStore, TokenStore]:
     """Build `dest/train` and `dest/val`; replace `dest` only once both are complete.
 
@@ -74,7 +79,13 @@ def build_stores(
             StoreWriter(tmp / "train", vocab_size) as train_writer,
             StoreWriter(tmp / "val", vocab_size) as val_writer,
             OrderedEncoder(tokenizer, header.eos_id, token_dtype(vocab_size), workers) as encoder,
-            tqdm(total=corpus.total_bytes, unit="B", unit_scale=True, desc="token store", disable=not progress) as bar,
+            tqdm(
+                total=corpus.total_bytes,
+                unit="B",
+                unit_scale=True,
+                desc="token store",
+                disable=not progress,
+            ) as bar,
         ):
             state = {"train": _SplitState(train_writer), "val": _SplitState(val_writer)}
             _stream(corpus, encoder, state, bar)
@@ -89,13 +100,22 @@ def build_stores(
     text_bytes = state["train"].nbytes + state["val"].nbytes
     log.info(
         "built %s: train %d documents / %d tokens, val %d / %d; %.1f MB of text in %.1f s (%.2f MB/s, %d workers)",
-        dest, train.n_docs, train.n_tokens, val.n_docs, val.n_tokens,
-        text_bytes / 1e6, seconds, text_bytes / 1e6 / max(seconds, 1e-9), workers,
+        dest,
+        train.n_docs,
+        train.n_tokens,
+        val.n_docs,
+        val.n_tokens,
+        text_bytes / 1e6,
+        seconds,
+        text_bytes / 1e6 / max(seconds, 1e-9),
+        workers,
     )
     return train, val
 
 
-def _stream(corpus: Corpus, encoder: OrderedEncoder, state: dict[str, _SplitState], bar: tqdm) -> None:
+def _stream(
+    corpus: Corpus, encoder: OrderedEncoder, state: dict[str, _SplitState], bar: tqdm
+) -> None:
     # With the hash split, identical texts share a split, so only explicit val_sources need the
     # training hashes to drop duplicates.
     train_hashes = None if corpus.hash_split else TrainHashes()
@@ -120,7 +140,9 @@ def _stream(corpus: Corpus, encoder: OrderedEncoder, state: dict[str, _SplitStat
         _write(state, bar, *result)
 
 
-def _add(encoder: OrderedEncoder, state: dict[str, _SplitState], split: str, doc, nbytes: int, bar) -> None:
+def _add(
+    encoder: OrderedEncoder, state: dict[str, _SplitState], split: str, doc, nbytes: int, bar
+) -> None:
     chunk = state[split].chunk
     chunk.texts.append(doc.text)
     chunk.doc_ids.append(doc.doc_id)

@@ -23,7 +23,7 @@ from packlm.data.sources import (
 from packlm.data.split import HASH, content_hash, is_validation
 
 BUILD_VERSION = 1
-"""Part of every fingerprint: bump it when the same inputs would give different documents or stores."""
+"""Part of every fingerprint: bump it when the same inputs would give other documents or stores."""
 
 
 @dataclass
@@ -36,8 +36,17 @@ class Corpus:
     @classmethod
     def from_config(cls, data: DataConfig) -> Corpus:
         """Resolve every source now: a missing path or empty glob fails before any work."""
-        val = None if data.val_sources is None else resolve_sources(list(data.val_sources), "data.val_sources")
-        return cls(resolve_sources(list(data.sources)), val, ReadOptions.from_config(data), data.val_fraction)
+        val = (
+            None
+            if data.val_sources is None
+            else resolve_sources(list(data.val_sources), "data.val_sources")
+        )
+        return cls(
+            resolve_sources(list(data.sources)),
+            val,
+            ReadOptions.from_config(data),
+            data.val_fraction,
+        )
 
     @property
     def hash_split(self) -> bool:
@@ -64,15 +73,14 @@ class Corpus:
 
     def no_documents(self, counts: ReadCounts) -> SourceError:
         names = [s.name for s in self.sources]
-        return SourceError(
-            f"data.sources={names}: no training documents ({counts.empty} empty, "
-            f"{counts.skipped_invalid_utf8} skipped as invalid UTF-8"
-            + (f", the rest sent to validation by data.val_fraction={self.val_fraction}" if self.hash_split else "")
-            + ")"
-        )
+        why = f"{counts.empty} empty, {counts.skipped_invalid_utf8} skipped as invalid UTF-8"
+        if self.hash_split:
+            why += f", the rest sent to validation by data.val_fraction={self.val_fraction}"
+        return SourceError(f"data.sources={names}: no training documents ({why})")
 
     def fingerprint(self, training_only: bool = False) -> dict[str, Any]:
-        """What the documents depend on; `training_only` leaves out what only validation or mixing uses."""
+        """What the documents depend on; `training_only`: only what the training split depends on
+        (no weights, no val_sources), the key of the tokenizer cache."""
         fp: dict[str, Any] = {
             "builder": BUILD_VERSION,
             "split_hash": HASH,
@@ -83,7 +91,9 @@ class Corpus:
             "data.val_fraction": self.val_fraction if self.hash_split else None,
         }
         if not training_only:
-            fp["data.val_sources"] = None if self.hash_split else [_source_fp(s) for s in self.val_sources]
+            fp["data.val_sources"] = (
+                None if self.hash_split else [_source_fp(s) for s in self.val_sources]
+            )
         return fp
 
 

@@ -74,25 +74,34 @@ def prepare_stores(
     cache_dir = Path(cache_dir).expanduser().resolve()
     corpus = Corpus.from_config(data)
     tok, tok_dir = get_tokenizer(
-        tokenizer, corpus.fingerprint(training_only=True), corpus.training_texts, cache_dir, progress
+        tokenizer,
+        corpus.fingerprint(training_only=True),
+        corpus.training_texts,
+        cache_dir,
+        progress,
     )
-    header = StoreHeader(
-        fingerprint={**corpus.fingerprint(), "tokenizer": tok.fingerprint()},
-        eos_id=_special_id(tok, tok_dir, tokenizer, tokenizer.special_tokens[0]),
-        pad_id=_special_id(tok, tok_dir, tokenizer, PAD_TOKEN),
-    )
+    eos_id = _special_id(tok, tok_dir, tokenizer, tokenizer.special_tokens[0])
+    pad_id = _special_id(tok, tok_dir, tokenizer, PAD_TOKEN)
+    fingerprint = {
+        **corpus.fingerprint(),
+        "tokenizer": tok.fingerprint(),
+        "eos_id": eos_id,
+        "pad_id": pad_id,
+    }
+    header = StoreHeader(fingerprint, eos_id, pad_id)
     root = cache_dir / "stores"
-    dest = root / digest(header.fingerprint)
-    stores, problem = _open_cached(dest, header.fingerprint)
+    dest = root / digest(fingerprint)
+    stores, problem = _open_cached(dest, fingerprint)
     if stores is None:
         with locked(dest):
-            stores, problem = _open_cached(dest, header.fingerprint)  # another process may have built it
+            # Another process (a sweep's sibling run) may have built it while we waited.
+            stores, problem = _open_cached(dest, fingerprint)
             if stores is None:
                 previous = latest(root, f"*/train/{MANIFEST_FILE}", "fingerprint")
                 log.info(
                     "building token stores in %s: %s",
                     dest,
-                    problem or describe_change(previous, header.fingerprint),
+                    problem or describe_change(previous, fingerprint),
                 )
                 workers = _workers(num_workers, corpus.total_bytes)
                 stores = build_stores(corpus, tok, header, dest, workers, progress)
@@ -100,7 +109,9 @@ def prepare_stores(
     return PreparedData(tok, tok_dir, train.path, val.path, train.manifest, val.manifest)
 
 
-def _open_cached(dest: Path, fingerprint: dict[str, Any]) -> tuple[tuple[TokenStore, TokenStore] | None, str | None]:
+def _open_cached(
+    dest: Path, fingerprint: dict[str, Any]
+) -> tuple[tuple[TokenStore, TokenStore] | None, str | None]:
     """((train, val), None) on a hit; (None, why it is unusable) or (None, None) when absent."""
     if not dest.exists():
         return None, None

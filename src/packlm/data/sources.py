@@ -1,10 +1,12 @@
 """Text sources -> a stream of `Document(text, doc_id, source_index)`.
 
 A source entry of `data.sources` is "default" (the embedded stdlib corpus), a file, a
-directory (every file under it), a glob, or a mapping {path, weight}. A `.jsonl` file gives
-one document per record (`data.text_field`); any other file is one document, or several
-when `data.separator` is set. Files are read in sorted order and streamed, so the same
-sources always give the same documents in the same order, in bounded memory.
+directory (every file under it but hidden ones), a glob, or a mapping {path, weight}. A
+`.jsonl` file gives one document per record (`data.text_field`); any other file is one
+document, or several when `data.separator` is set (the default corpus ignores the
+separator: each stdlib module is one document). Files are read in sorted order and
+streamed, so the same sources always give the same documents in the same order, in
+bounded memory.
 
 Every error names its culprit (the config key, the path, or path:line) because a bad
 corpus is usually found minutes into a run, far from the override that caused it.
@@ -111,7 +113,7 @@ def _resolve(entry: Any, index: int, key: str) -> Source:
         if not files:
             raise SourceError(f"{key}={name!r}: the glob matched no files")
     elif Path(name).is_dir():
-        files = sorted(p for p in Path(name).rglob("*") if p.is_file())
+        files = sorted(p for p in Path(name).rglob("*") if p.is_file() and not _hidden(p, name))
         if not files:
             raise SourceError(f"{key}={name!r}: the directory holds no files")
     elif Path(name).is_file():
@@ -128,23 +130,34 @@ def _resolve(entry: Any, index: int, key: str) -> Source:
     return Source(name, weight, index, files, root, stats)
 
 
-def iter_documents(sources: list[Source], options: ReadOptions, counts: ReadCounts) -> Iterator[Document]:
+def _hidden(path: Path, root: str) -> bool:
+    """Under a hidden directory or hidden itself (.git, .DS_Store): not part of a corpus."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def iter_documents(
+    sources: list[Source], options: ReadOptions, counts: ReadCounts
+) -> Iterator[Document]:
     """Every non-empty document of every source, in order; drops are tallied in `counts`."""
     for source in sources:
         for path in source.files:
-            shown = f"default/{path.relative_to(source.root).as_posix()}" if source.root else path.as_posix()
-            prefix = f"{source.index}:{shown}"
-            if source.root is not None:  # the embedded corpus: its files are its documents
-                docs = _file_documents(path, prefix, source.index, None, options, counts)
-            elif path.suffix == ".jsonl":
-                docs = _jsonl_documents(path, prefix, source.index, options, counts)
-            else:
-                docs = _file_documents(path, prefix, source.index, options.separator, options, counts)
-            for doc in docs:
+            for doc in _documents_of(source, path, options, counts):
                 if doc.text:
                     yield doc
                 else:
                     counts.empty += 1
+
+
+def _documents_of(
+    source: Source, path: Path, options: ReadOptions, counts: ReadCounts
+) -> Iterator[Document]:
+    if source.root is not None:  # the embedded corpus: each file is one document
+        prefix = f"{source.index}:default/{path.relative_to(source.root).as_posix()}"
+        return _file_documents(path, prefix, source.index, None, options, counts)
+    prefix = f"{source.index}:{path.as_posix()}"
+    if path.suffix == ".jsonl":
+        return _jsonl_documents(path, prefix, source.index, options, counts)
+    return _file_documents(path, prefix, source.index, options.separator, options, counts)
 
 
 def _open(path: Path):
@@ -155,7 +168,12 @@ def _open(path: Path):
 
 
 def _file_documents(
-    path: Path, prefix: str, index: int, separator: str | None, options: ReadOptions, counts: ReadCounts
+    path: Path,
+    prefix: str,
+    index: int,
+    separator: str | None,
+    options: ReadOptions,
+    counts: ReadCounts,
 ) -> Iterator[Document]:
     with _open(path) as f:
         if separator is None:
@@ -203,10 +221,14 @@ def _jsonl_documents(
             except json.JSONDecodeError as e:
                 raise SourceError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from e
             if not isinstance(record, dict) or field_name not in record:
-                raise SourceError(f"{where}: no field {field_name!r} (data.text_field) in this record")
+                raise SourceError(
+                    f"{where}: no field {field_name!r} (data.text_field) in this record"
+                )
             text = record[field_name]
             if not isinstance(text, str):
-                raise SourceError(f"{where}: field {field_name!r} is {type(text).__name__}, not a string")
+                raise SourceError(
+                    f"{where}: field {field_name!r} is {type(text).__name__}, not a string"
+                )
             text = _check_surrogates(text, where, options.encoding_errors, counts)
             if text is not None:
                 yield Document(text, f"{prefix}:{line_no}", index)

@@ -162,11 +162,15 @@ class StoreWriter:
         ids = np.asarray(ids)
         self.add_many(ids, np.array([ids.size]), [doc_id], np.array([source_index]))
 
-    def add_many(self, ids: np.ndarray, lengths: np.ndarray, doc_ids: list[str], sources: np.ndarray) -> None:
+    def add_many(
+        self, ids: np.ndarray, lengths: np.ndarray, doc_ids: list[str], sources: np.ndarray
+    ) -> None:
         """Append a batch of documents given as one flat array plus per-document lengths."""
         ids = np.asarray(ids)
         if ids.size and int(ids.max()) >= self.vocab_size:
-            raise StoreError(f"batch starting {doc_ids[0]!r}: id {int(ids.max())} >= vocab {self.vocab_size}")
+            raise StoreError(
+                f"batch starting {doc_ids[0]!r}: id {int(ids.max())} >= vocab {self.vocab_size}"
+            )
         lengths = np.asarray(lengths, dtype=np.int64)
         if int(lengths.sum()) != ids.size or len(doc_ids) != len(lengths):
             raise StoreError(f"batch starting {doc_ids[0]!r}: lengths do not match ids or doc_ids")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,9 @@ CACHE_FILE = "packlm_cache.json"
 """Written next to the tokenizer's own files: the fingerprint it was trained for."""
 
 
-def tokenizer_fingerprint(cfg: TokenizerConfig, training_documents: dict[str, Any]) -> dict[str, Any]:
+def tokenizer_fingerprint(
+    cfg: TokenizerConfig, training_documents: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "tokenizer.vocab_size": cfg.vocab_size,
         "tokenizer.special_tokens": list(cfg.special_tokens),
@@ -55,20 +58,27 @@ def get_tokenizer(
     fingerprint = tokenizer_fingerprint(cfg, training_documents)
     root = Path(cache_dir) / "tokenizers"
     dest = root / digest(fingerprint)
+    tokenizer, problem = _load_cached(dest, fingerprint)
+    if tokenizer is not None:
+        return tokenizer, dest
     with locked(dest):
-        tokenizer, problem = _load_cached(dest, fingerprint)
+        tokenizer, problem = _load_cached(dest, fingerprint)  # another process may have trained it
         if tokenizer is not None:
-            log.debug("tokenizer cache hit: %s", dest)
             return tokenizer, dest
-        reason = problem or describe_change(latest(root, f"*/{CACHE_FILE}", "fingerprint"), fingerprint)
+        reason = problem or describe_change(
+            latest(root, f"*/{CACHE_FILE}", "fingerprint"), fingerprint
+        )
         log.info("training the tokenizer into %s: %s", dest, reason)
         tokenizer = _train(cfg, train_texts(), progress)
         tmp = temporary_sibling(dest)
-        tmp.mkdir(parents=True)
-        tokenizer.save(tmp)
-        meta = {"fingerprint": fingerprint, "tokenizer_fingerprint": tokenizer.fingerprint()}
-        (tmp / CACHE_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
-        replace_dir(tmp, dest)
+        try:
+            tmp.mkdir(parents=True)
+            tokenizer.save(tmp)
+            meta = {"fingerprint": fingerprint, "tokenizer_fingerprint": tokenizer.fingerprint()}
+            (tmp / CACHE_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True), "utf-8")
+            replace_dir(tmp, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return tokenizer, dest
 
 

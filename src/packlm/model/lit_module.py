@@ -18,6 +18,11 @@ fixed afterwards, exactly:
    last cycle of an epoch (Lightning divides by A there too).
 3. Lightning clips (Trainer `gradient_clip_val`), AdamW steps, the schedule steps.
 
+Training curves (train/loss, lr, grad_norm, tokens/*, throughput/*) are logged only on
+the steps the Trainer writes (`log_every_n_steps`): one `self.log` call costs ~0.6 ms,
+2% of a small model's CPU step. `last_loss` and `tokens_seen` are current every step.
+Throughput is averaged over the steps since the previous log, training time only.
+
 A step with N = 0 has loss 0: its gradients are dropped (set to None), so AdamW skips
 every parameter and its moments and step counts stay as they were.
 Callbacks' `on_before_optimizer_step` run before this module's, so they see gradients
@@ -64,9 +69,11 @@ class LitCausalLM(L.LightningModule):
             self.set_token_byte_lengths(token_byte_lengths)
         self.loss_scale = 1.0 / self.model_config.context_length  # s in the module docstring
         self.tokens_seen = dict.fromkeys(COUNTERS, 0)  # cumulative, all ranks, in checkpoints
+        self.last_loss = 0.0  # loss of the last optimizer step (logged as train/loss)
         self._cycle: Tensor | None = None  # [nats, supervised, input, nonpad, documents] so far
         self._eval: Tensor | None = None  # [nats, supervised, bytes] of the eval loop so far
-        self._t_last: float | None = None
+        self._t_last: float | None = None  # end of the last step (None after a pause)
+        self._window = dict.fromkeys(("seconds", *COUNTERS), 0.0)  # since the last log
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -88,9 +95,18 @@ class LitCausalLM(L.LightningModule):
     def forward(self, input_ids, segment_ids=None, position_ids=None) -> Tensor:
         return self.model(input_ids, segment_ids, position_ids)  # [B, T, V]
 
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Mark stream batches (all segment ids 0) while they are still on the CPU, so the
+        model takes the is_causal path without a device read (masks.is_stream)."""
+        seg = batch.get("segment_ids") if isinstance(batch, Mapping) else None
+        if seg is not None and seg.device.type == "cpu":
+            batch = {**batch, "stream": not bool(seg.any())}
+        return batch
+
     def _sum_ce(self, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Sum of CE over the supervised targets of a batch (0 if none), and [B, T] target mask."""
-        logits = self(batch["input_ids"], batch.get("segment_ids"), batch.get("position_ids"))
+        segment_ids = None if batch.get("stream") else batch.get("segment_ids")
+        logits = self(batch["input_ids"], segment_ids, batch.get("position_ids"))
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()
         labels = batch["labels"]  # [B, T]
@@ -124,32 +140,49 @@ class LitCausalLM(L.LightningModule):
         totals = self.trainer.strategy.reduce(self._cycle, reduce_op="sum")
         nats, n_sup, n_input, n_nonpad, n_docs = totals.tolist()  # the one sync per step
         self._cycle = None
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        grads = [p.grad for p in params if p.grad is not None]
         if n_sup > 0:
             A, W = self.trainer.accumulate_grad_batches, self.trainer.world_size
             torch._foreach_mul_(grads, A * W / (self.loss_scale * n_sup))
-            grad_norm = torch.nn.utils.get_total_norm(grads)
         else:  # nothing to learn from: AdamW skips parameters without gradient
-            for p in self.parameters():
+            for p in params:
                 p.grad = None
-            grad_norm = torch.zeros(())
+            grads = []
 
         for key, n in zip(COUNTERS, (n_input, n_nonpad, n_sup, n_docs), strict=True):
             self.tokens_seen[key] += int(n)
+            self._window[key] += n
         now = time.perf_counter()
-        dt = max(now - (self._t_last or now), 1e-9)
+        self._window["seconds"] += now - (self._t_last or now)
         self._t_last = now
-        loss = nats / n_sup if n_sup > 0 else 0.0
-        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
+
+        self.last_loss = nats / n_sup if n_sup > 0 else 0.0
+        if self._is_logging_step():  # self.log costs ~0.6 ms a call: log only when written
+            self._log_train_state(optimizer, grads)
+
+    def _is_logging_step(self) -> bool:
+        """The steps on which the Trainer writes to its loggers (every log_every_n_steps)."""
+        every = self.trainer.log_every_n_steps
+        return bool(self.trainer.fast_dev_run) or (
+            every > 0 and (self.trainer.global_step + 1) % every == 0
+        )
+
+    def _log_train_state(self, optimizer: torch.optim.Optimizer, grads: list[Tensor]) -> None:
+        """Step loss, lr, grad norm (before clipping), cumulative counts, throughput since the
+        last log."""
+        self.log(
+            "train/loss", self.last_loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=1
+        )
+        seconds = max(self._window.pop("seconds"), 1e-9)
         logs = {
             "lr": optimizer.param_groups[0]["lr"],
-            "grad_norm": grad_norm,
-            **{f"tokens/{k}": float(v) for k, v in self.tokens_seen.items()},
-            "throughput/input_tokens_per_s": n_input / dt,
-            "throughput/nonpad_tokens_per_s": n_nonpad / dt,
-            "throughput/supervised_tokens_per_s": n_sup / dt,
+            "grad_norm": torch.nn.utils.get_total_norm(grads) if grads else 0.0,
+            **{f"tokens/{k}": float(n) for k, n in self.tokens_seen.items()},
+            **{f"throughput/{k}_tokens_per_s": self._window[k] / seconds for k in COUNTERS[:3]},
         }
         self.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
+        self._window = dict.fromkeys(("seconds", *COUNTERS), 0.0)
 
     # --- validation / test: totals over the whole loop and all ranks ------------------------
 
@@ -177,7 +210,11 @@ class LitCausalLM(L.LightningModule):
         self._log_eval("test")
 
     def _log_eval(self, prefix: str) -> None:
-        local = self._eval if self._eval is not None else torch.zeros(3, dtype=torch.float64, device=self.device)
+        local = (
+            self._eval
+            if self._eval is not None
+            else torch.zeros(3, dtype=torch.float64, device=self.device)
+        )
         nats, n_sup, n_bytes = self.trainer.strategy.reduce(local, reduce_op="sum").tolist()
         self._eval = None
         if n_sup == 0:
@@ -203,10 +240,15 @@ class LitCausalLM(L.LightningModule):
         optimizer = torch.optim.AdamW(
             groups, lr=o.lr, betas=o.betas, eps=o.eps, fused=self.device.type == "cuda"
         )
-        total = o.max_steps if o.max_steps is not None else int(self.trainer.estimated_stepping_batches)
+        total = (
+            o.max_steps if o.max_steps is not None else int(self.trainer.estimated_stepping_batches)
+        )
         schedule = partial(lr_factor, warmup=o.warmup_steps, total=total, min_ratio=o.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
 
     # --- checkpoints ----------------------------------------------------------------------
 
@@ -236,10 +278,10 @@ def _token_counts(batch: Mapping[str, Tensor]) -> list[Tensor]:
     input_ids = batch["input_ids"]
     B, T = input_ids.shape
     device = input_ids.device
-    n_input = torch.tensor(float(B * T), dtype=torch.float64, device=device)
+    n_input = torch.full((), B * T, dtype=torch.float64, device=device)
     seg = batch.get("segment_ids")
     if seg is None:  # one document per row, no PAD
-        return [n_input, n_input.clone(), torch.tensor(float(B), dtype=torch.float64, device=device)]
+        return [n_input, n_input.clone(), torch.full((), B, dtype=torch.float64, device=device)]
     n_nonpad = (seg >= 0).sum().double()
     present = torch.zeros(B, T + 1, dtype=torch.bool, device=device)
     present.scatter_(1, torch.where(seg >= 0, seg, T).long(), True)  # PAD -> column T

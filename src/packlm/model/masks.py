@@ -52,11 +52,15 @@ def additive_mask(segment_ids: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def is_stream(segment_ids: Tensor | None) -> bool:
-    """One segment per row and no PAD (all ids 0): plain causal attention is exact.
+    """Plain causal attention is exact: no segment_ids, or all ids 0 (one document, no PAD).
 
-    On CUDA this reads one bool back from the device, once per batch.
+    Only checked for CPU tensors: on an accelerator the answer would have to be read back,
+    stalling the host on every forward. LitCausalLM checks each batch on the CPU before it
+    is moved and passes segment_ids=None for stream batches.
     """
-    return segment_ids is None or not bool((segment_ids != 0).any())
+    if segment_ids is None:
+        return True
+    return segment_ids.device.type == "cpu" and not bool((segment_ids != 0).any())
 
 
 def flex_block_mask(segment_ids: Tensor) -> BlockMask:

@@ -40,7 +40,9 @@ class Rotary(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # [D/2]
 
     def forward(self, position_ids: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        angles = position_ids[:, None, :, None].to(self.inv_freq.dtype) * self.inv_freq  # [B, 1, T, D/2]
+        angles = (
+            position_ids[:, None, :, None].to(self.inv_freq.dtype) * self.inv_freq
+        )  # [B, 1, T, D/2]
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
@@ -61,7 +63,9 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: masks.AttentionMask) -> Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=-1)  # [B, T, C] each
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
+        q, k, v = (
+            t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v)
+        )  # [B, H, T, D]
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         y = masks.attend(q, k, v, mask)  # [B, H, T, D]
         y = y.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
@@ -123,7 +127,10 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters())  # tied weights counted once
 
     def forward(
-        self, input_ids: Tensor, segment_ids: Tensor | None = None, position_ids: Tensor | None = None
+        self,
+        input_ids: Tensor,
+        segment_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
     ) -> Tensor:
         """input_ids [B, T] -> logits [B, T, V].
 

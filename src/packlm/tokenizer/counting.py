@@ -15,6 +15,7 @@ import queue
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 
 import regex
@@ -97,9 +98,95 @@ def _worker(pattern: str, special_tokens: list[str], tasks, results) -> None:
         compiled, specials = regex.compile(pattern), special_regex(special_tokens)
         counts: Counter[str] = Counter()
         while (texts := tasks.get()) is not None:
-            counts += count_pretokens(texts, compiled, specials) if not counts else Counter()
-            if counts and texts:
-                counts.update(count_pretokens(texts, compiled, specials))
+            count_pretokens(texts, compiled, specials, into=counts)
         results.put(counts)
-    except BaseException as e:  # report instead of leaving the parent waiting
+    except BaseException as e:  # report it rather than leave the parent waiting
         results.put(RuntimeError(f"pre-tokenizer worker failed: {e!r}"))
+
+
+def _context():
+    """fork starts a worker in milliseconds; spawn where fork is unsafe or absent."""
+    use_fork = (
+        sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+    )
+    return multiprocessing.get_context("fork" if use_fork else "spawn")
+
+
+def _check_alive(procs, results) -> None:
+    for p in procs:
+        if p.exitcode not in (None, 0):
+            try:
+                error = results.get_nowait()
+            except queue.Empty:
+                error = None
+            if isinstance(error, BaseException):
+                raise error
+            raise RuntimeError(f"pre-tokenizer worker exited with code {p.exitcode}")
+
+
+def _put(tasks, item, procs, results) -> None:
+    while True:
+        try:
+            return tasks.put(item, timeout=0.5)
+        except queue.Full:
+            _check_alive(procs, results)
+
+
+def _get(results, procs) -> Counter[str]:
+    while True:
+        try:
+            item = results.get(timeout=0.5)
+        except queue.Empty:
+            _check_alive(procs, results)
+            continue
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+
+def count_parallel(
+    texts: Iterable[str],
+    pattern: str,
+    special_tokens: list[str],
+    num_workers: int,
+    progress: Callable[[int], object] | None = None,
+) -> Counter[str]:
+    """Pre-token counts of `texts`; processes start only if there is more than one batch."""
+    batches = _batches(texts, BATCH_CHARS)
+    head = [b for b in (next(batches, None), next(batches, None)) if b is not None]
+    if num_workers <= 1 or len(head) < 2:
+        compiled, specials = regex.compile(pattern), special_regex(special_tokens)
+        counts: Counter[str] = Counter()
+        for batch in chain(head, batches):
+            count_pretokens(batch, compiled, specials, into=counts)
+            if progress is not None:
+                progress(sum(map(len, batch)))
+        return counts
+
+    ctx = _context()
+    tasks, results = ctx.Queue(maxsize=2 * num_workers), ctx.Queue()
+    procs = [
+        ctx.Process(target=_worker, args=(pattern, special_tokens, tasks, results), daemon=True)
+        for _ in range(num_workers)
+    ]
+    for p in procs:
+        p.start()
+    finished = False
+    try:
+        for batch in chain(head, batches):
+            _put(tasks, batch, procs, results)
+            if progress is not None:
+                progress(sum(map(len, batch)))
+        for _ in procs:
+            _put(tasks, None, procs, results)
+        parts = sorted((_get(results, procs) for _ in procs), key=len, reverse=True)
+        finished = True
+    finally:
+        for p in procs:
+            if not finished:
+                p.terminate()
+            p.join()
+    counts = parts[0]
+    for part in parts[1:]:
+        counts.update(part)
+    return counts

@@ -38,13 +38,21 @@ def learn_merges(
     seqs = [list(w) for w in words]
     pair_counts: dict[tuple[int, int], int] = defaultdict(int)
     pair_words: dict[tuple[int, int], set[int]] = defaultdict(set)
-    for w, (seq, n) in enumerate(zip(seqs, counts)):
-        for pair in zip(seq, seq[1:]):
+    for w, (seq, n) in enumerate(zip(seqs, counts, strict=True)):
+        for pair in zip(seq, seq[1:], strict=False):
             pair_counts[pair] += n
             pair_words[pair].add(w)
 
     def entry(pair: tuple[int, int]) -> tuple:
         return (-pair_counts[pair], _order_key(token_bytes[pair[0]], token_bytes[pair[1]]), pair)
+
+    increased: set[tuple[int, int]] = set()  # pairs whose count rose in this merge
+
+    def add(pair: tuple[int, int], delta: int, w: int) -> None:
+        pair_counts[pair] += delta
+        if delta > 0:
+            pair_words[pair].add(w)
+            increased.add(pair)
 
     heap = [entry(p) for p, n in pair_counts.items() if n > 0]
     heapq.heapify(heap)
@@ -66,14 +74,7 @@ def learn_merges(
         token_bytes.append(token_bytes[a] + token_bytes[b])
         merges.append(best)
 
-        increased: set[tuple[int, int]] = set()
-
-        def add(pair: tuple[int, int], delta: int, w: int) -> None:
-            pair_counts[pair] += delta
-            if delta > 0:
-                pair_words[pair].add(w)
-                increased.add(pair)
-
+        increased.clear()
         for w in pair_words.pop(best):
             seq, n = seqs[w], counts[w]
             out: list[int] = []

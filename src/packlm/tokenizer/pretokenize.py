@@ -97,9 +97,11 @@ def stream_cut(text: str, specials: regex.Pattern | None, max_special_len: int) 
     return 0
 
 
-def count_pretokens(texts: Iterable[str], pattern: regex.Pattern, specials) -> Counter[str]:
+def count_pretokens(
+    texts: Iterable[str], pattern: regex.Pattern, specials, into: Counter[str] | None = None
+) -> Counter[str]:
     """Pre-token -> occurrences over `texts` (documents; no pre-token crosses two)."""
-    counts: Counter[str] = Counter()
+    counts: Counter[str] = Counter() if into is None else into
     for text in texts:
         for piece, is_special in split_special(text, specials):
             if not is_special:

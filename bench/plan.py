@@ -1,0 +1,145 @@
+"""Epoch-plan build time and memory, and DataLoader throughput.
+
+    python bench/plan.py                 # 10^9 tokens in 10^7 documents, then the loader
+    python bench/plan.py --docs 1000000  # a smaller synthetic store
+
+Plan: synthetic document lengths only (no token file), uniform in [1, 2·mean), build the
+plan of epoch 1 for several configs; peak is the tracemalloc peak during the build (numpy
+allocations are traced), retained the plan's own arrays; the lengths array is the input
+and not counted. Target: <= 1 s and <= 16 bytes per sample for the default config.
+Loader: a store of random tokens with log-normal document lengths, batches/s through a
+PlanDataLoader (collate included) with 0 and 2 worker processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+from packlm.data.config import DataConfig
+from packlm.data.dataset import PlanDataLoader, PlanSampler, WindowDataset
+from packlm.data.plan import build_plan
+from packlm.data.store import StoreWriter
+
+PLAN_CONFIGS = {
+    "document, unlimited (default)": {},
+    "stream, stride T/2": dict(packing="stream", stride=128),
+    "none": dict(packing="none"),
+    "document, pack_size T+1": dict(pack_size=257),
+}
+
+
+def bench_plans(n_docs: int, mean: int) -> None:
+    lengths = np.random.default_rng(0).integers(1, 2 * mean, size=n_docs).astype(np.int64)
+    print(
+        f"\nplan build: {n_docs:.1e} documents, {lengths.sum():.2e} tokens, window 256, stride 256"
+    )
+    print(
+        f"| {'config':31} | {'samples':>10} | {'time s':>6} | {'peak MB':>7} | {'peak B/sample':>13} | {'kept B/sample':>13} |"
+    )
+    print(f"|{'-' * 33}|{'-' * 12}|{'-' * 8}|{'-' * 9}|{'-' * 15}|{'-' * 15}|")
+    for name, overrides in PLAN_CONFIGS.items():
+        cfg = DataConfig(**overrides).validate()
+        tracemalloc.start()
+        start = time.perf_counter()
+        plan = build_plan(lengths, cfg, epoch=1)
+        seconds = time.perf_counter() - start
+        kept, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        n = plan.n_samples
+        print(
+            f"| {name:31} | {n:>10} | {seconds:>6.2f} | {peak / 1e6:>7.0f} | {peak / n:>13.1f} | {kept / n:>13.1f} |"
+        )
+        del plan
+
+
+def write_store(path: Path, n_tokens: int) -> Path:
+    rng = np.random.default_rng(1)
+    lengths = np.maximum(1, rng.lognormal(5.5, 1.2, size=n_tokens // 500).astype(np.int64))
+    ids = rng.integers(2, 4096, size=int(lengths.sum())).astype(np.uint16)
+    ids[np.cumsum(lengths) - 1] = 0  # every document ends with EOS
+    with StoreWriter(path, 4096) as w:
+        w.add_many(
+            ids,
+            lengths,
+            [f"doc:{i}" for i in range(len(lengths))],
+            np.zeros(len(lengths), np.int32),
+        )
+        return w.finish(
+            {
+                "eos_id": 0,
+                "pad_id": 1,
+                "sources": [{"name": "synthetic", "weight": 1.0}],
+                "fingerprint": {},
+                "counts": {},
+            }
+        ).path
+
+
+def bench_loader(n_tokens: int, batches: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_store(Path(tmp) / "store", n_tokens)
+        lengths = np.diff(np.load(path / "doc_offsets.npy"))
+        print(
+            f"\nloader: {len(lengths)} documents, {lengths.sum():.2e} tokens, batch 16, window 256"
+        )
+        print(
+            f"| {'packing':9} | {'workers':>7} | {'batches/s':>9} | {'samples/s':>9} | {'tokens/s':>10} |"
+        )
+        print(f"|{'-' * 11}|{'-' * 9}|{'-' * 11}|{'-' * 11}|{'-' * 12}|")
+        for packing in ("document", "none"):
+            cfg = DataConfig(packing=packing, batch_size=16).validate()
+            for workers in (0, 2):
+                sampler = PlanSampler(
+                    lambda e, cfg=cfg: build_plan(lengths, cfg, e), cfg.batch_size
+                )
+                loader = PlanDataLoader(
+                    WindowDataset(path, cfg.window, 1),
+                    sampler,
+                    packing,
+                    {},
+                    num_workers=workers,
+                    persistent_workers=False,
+                )
+                it = iter(loader)
+                for _ in range(10):  # warm up: workers started, plan built
+                    next(it)
+                start = time.perf_counter()
+                n = 0
+                for _ in range(batches):
+                    if next(it, None) is None:
+                        break
+                    n += 1
+                rate = n / (time.perf_counter() - start)
+                print(
+                    f"| {packing:9} | {workers:>7} | {rate:>9.0f} | {rate * 16:>9.0f} | {rate * 16 * 256:>10.2e} |"
+                )
+                del it
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--docs", type=int, default=10**7, help="documents of the synthetic plan store"
+    )
+    parser.add_argument(
+        "--mean-length", type=int, default=100, help="mean document length (tokens)"
+    )
+    parser.add_argument(
+        "--loader-tokens", type=int, default=10**7, help="tokens of the loader store"
+    )
+    parser.add_argument("--batches", type=int, default=300, help="batches timed per loader run")
+    args = parser.parse_args()
+    bench_plans(args.docs, args.mean_length)
+    bench_loader(args.loader_tokens, args.batches)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""Tokenizer benchmark: packlm's BPE trainer and encoders against Hugging Face `tokenizers`
+and tiktoken, on the embedded default corpus (the stdlib's .py files, ~12 MB).
+
+    python bench/tokenizer.py                 # train at vocab 32768, encode, print the table
+    python bench/tokenizer.py --vocab-size 8192 --repeat 3
+
+Each training run is its own subprocess; the parent samples the whole process tree
+(the trainer and its worker processes) every few milliseconds and reports the peak of
+the summed RSS and of the summed PSS. RSS counts a page shared by a forked worker and
+its parent in both; PSS splits it between them, so the PSS sum is the memory really
+used. Wall time is measured inside the child around the training call only (reading
+the corpus files happens inside it, lazily, for every trainer alike).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+SPECIAL = "<|endoftext|>"
+GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "bpe" / "corpus.en"
+
+
+def documents():
+    from packlm.data.default_corpus import iter_default_documents
+
+    return (text for _, text in iter_default_documents())
+
+
+# ---- children: one job each, result as JSON on stdout ----------------------------------
+
+
+def child_hf_train(vocab_size: int, out: str | None) -> dict:
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from packlm.tokenizer import GPT2_PATTERN
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(GPT2_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[SPECIAL],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    start = time.perf_counter()
+    tok.train_from_iterator(documents(), trainer=trainer)
+    return {"wall": time.perf_counter() - start}
+
+
+def child_packlm_train(vocab_size: int, out: str | None, workers: int | None = None) -> dict:
+    from packlm.tokenizer import Tokenizer, train_bpe_from_iterator
+
+    start = time.perf_counter()
+    vocab, merges = train_bpe_from_iterator(documents(), vocab_size, [SPECIAL], num_workers=workers)
+    wall = time.perf_counter() - start
+    if out:
+        Tokenizer(vocab, merges, [SPECIAL]).save(out)
+    return {"wall": wall, "merges": len(merges)}
+
+
+def child_small(repeat: int) -> dict:
+    from packlm.tokenizer import train_bpe
+
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        train_bpe(GOLDEN, 500, [SPECIAL])
+        times.append(time.perf_counter() - start)
+    return {"wall": min(times)}
+
+
+def child_encode(saved: str, repeat: int) -> dict:
+    """MB/s of UTF-8 input per encoder, every one checked against packlm's Python path."""
+    import tiktoken
+    import tokenizers
+
+    from packlm.tokenizer import Tokenizer
+
+    docs = list(documents())
+    megabytes = sum(len(d.encode("utf-8")) for d in docs) / 1e6
+    fast = Tokenizer.load(saved)
+    pure = Tokenizer.load(saved, engine="python")
+    fast.encode("warm up")
+    specials = set(fast.special_token_ids.values())
+    ranks = {fast.token_bytes(i): i for i in range(fast.vocab_size) if i not in specials}
+    tik = tiktoken.Encoding(
+        "bench", pat_str=fast.pattern_regex, mergeable_ranks=ranks, special_tokens={}
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        fast.save_hf(Path(tmp) / "tokenizer.json")
+        hf = tokenizers.Tokenizer.from_file(str(Path(tmp) / "tokenizer.json"))
+
+    def run(name, fn):
+        best, ids = float("inf"), None
+        for _ in range(repeat):
+            start = time.perf_counter()
+            ids = fn()
+            best = min(best, time.perf_counter() - start)
+        return name, best, ids
+
+    results = [
+        run("packlm encode (Python path)", lambda: [pure.encode(d) for d in docs]),
+        run(f"packlm encode ({fast.engine} path)", lambda: [fast.encode(d) for d in docs]),
+        run("tiktoken encode_ordinary, 1 thread", lambda: [tik.encode_ordinary(d) for d in docs]),
+        run("tokenizers encode, 1 doc at a time", lambda: [e.ids for e in map(hf.encode, docs)]),
+        run("tokenizers encode_batch (all cores)", lambda: [e.ids for e in hf.encode_batch(docs)]),
+    ]
+    reference = results[0][2]
+    return {
+        "rows": [
+            {"name": n, "wall": w, "mb_s": megabytes / w, "same_ids": ids == reference}
+            for n, w, ids in results
+        ],
+        "megabytes": megabytes,
+    }
+
+
+# ---- parent ---------------------------------------------------------------------------
+
+
+def measure(args: list[str]) -> dict:
+    """Run this script as a child job; peak summed RSS and PSS of its process tree."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--child", *args], stdout=subprocess.PIPE, text=True
+    )
+    root = psutil.Process(proc.pid)
+    peak_rss = peak_pss = 0
+    while proc.poll() is None:
+        rss = pss = 0
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            break
+        for p in tree:
+            try:
+                info = p.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            rss, pss = rss + info.rss, pss + info.pss
+        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+        time.sleep(0.005)
+    out, _ = proc.communicate()
+    if proc.returncode:
+        raise SystemExit(f"child {args} failed with code {proc.returncode}")
+    result = json.loads(out.strip().splitlines()[-1])
+    result.update(rss=peak_rss / 2**20, pss=peak_pss / 2**20)
+    return result
+
+
+def repeated(args: list[str], repeat: int) -> dict:
+    runs = [measure(args) for _ in range(repeat)]
+    return {k: statistics.median(r[k] for r in runs) for k in ("wall", "rss", "pss")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vocab-size", type=int, default=32768)
+    parser.add_argument("--repeat", type=int, default=1, help="runs per trainer (median)")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        job, rest = args.child[0], args.child[1:]
+        jobs = {
+            "hf": lambda: child_hf_train(int(rest[0]), None),
+            "packlm": lambda: child_packlm_train(
+                int(rest[0]), rest[1] or None, int(rest[2]) if rest[2] else None
+            ),
+            "small": lambda: child_small(int(rest[0])),
+            "idle": lambda: {"wall": 0.0, "imported": bool(__import__("packlm.tokenizer"))},
+            "encode": lambda: child_encode(rest[0], int(rest[1])),
+        }
+        print(json.dumps(jobs[job]()))
+        return
+
+    v, cores = str(args.vocab_size), len(os.sched_getaffinity(0))
+    print(
+        f"corpus: stdlib .py files; vocab {v}; special {SPECIAL}; {cores} cores; "
+        f"load average {os.getloadavg()[0]:.2f}\n"
+    )
+    idle = measure(["idle"])
+    with tempfile.TemporaryDirectory() as saved:
+        hf = repeated(["hf", v], args.repeat)
+        ours = repeated(["packlm", v, saved, ""], args.repeat)
+        one = repeated(["packlm", v, "", "1"], args.repeat)
+        measure(["packlm", v, saved, ""])  # the tokenizer the encode job loads
+        small = measure(["small", "5"]) if GOLDEN.is_file() else None
+        enc = measure(["encode", saved, "2"])
+
+    rows = [
+        ("tokenizers BpeTrainer (threads)", hf),
+        ("packlm train_bpe_from_iterator", ours),
+        ("packlm, num_workers=1", one),
+    ]
+    print(
+        f"{'training, vocab ' + v:40} {'wall s':>7} {'x HF':>6} {'RSS MB':>7} {'x HF':>6} "
+        f"{'PSS MB':>7} {'x HF':>6}"
+    )
+    for name, r in rows:
+        print(
+            f"{name:40} {r['wall']:7.2f} {r['wall'] / hf['wall']:6.2f} {r['rss']:7.0f} "
+            f"{r['rss'] / hf['rss']:6.2f} {r['pss']:7.0f} {r['pss'] / hf['pss']:6.2f}"
+        )
+    print(
+        f"{'(idle interpreter + packlm import)':40} {'':7} {'':6} {idle['rss']:7.0f} {'':6} "
+        f"{idle['pss']:7.0f}"
+    )
+    if small:
+        print(f"\ncorpus.en, vocab 500: {small['wall']:.3f} s (best of 5, in process)")
+    print(
+        f"\n{'encoding ' + format(enc['megabytes'], '.1f') + ' MB, by document':40} "
+        f"{'wall s':>7} {'MB/s':>7}  same ids"
+    )
+    for row in enc["rows"]:
+        print(f"{row['name']:40} {row['wall']:7.2f} {row['mb_s']:7.1f}  {row['same_ids']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""The LightningDataModule: config -> tokenizer + stores -> per-epoch plans -> batches.
+
+Trainer requirements (train.py sets them):
+- `use_distributed_sampler=False`: the plan is sharded by rank here; Lightning's sampler
+  replacement would shard it a second time.
+- `reload_dataloaders_every_n_epochs=1` when several epochs run: an epoch's number of
+  batches depends on its offsets and packs, and Lightning reads the length only when it
+  (re)loads the dataloader; otherwise an epoch longer than the first is cut (logged).
+The train DataLoader is stateful (`state_dict`), so checkpoints resume mid-epoch exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from packlm.data.config import ConfigError, DataConfig, source_weight
+from packlm.data.dataset import PlanDataLoader, PlanSampler, WindowDataset, plan_fingerprint
+from packlm.data.plan import EpochPlan, build_plan, validation_config
+from packlm.data.stats import plan_statistics
+from packlm.data.store import TokenStore
+from packlm.tokenizer.config import TokenizerConfig
+
+log = logging.getLogger(__name__)
+
+
+class PackedDataModule(L.LightningDataModule):
+    """Batches of DESIGN.md from `data.*`; build with the data keys as keyword arguments
+    (`PackedDataModule(window=128, ...)`, as Hydra's `_target_` does) or `data=DataConfig(...)`.
+
+    `prepared` (a `packlm.data.pipeline.PreparedData`) skips building: tests and tools that
+    already have stores pass it.
+    """
+
+    def __init__(
+        self,
+        tokenizer: TokenizerConfig | Mapping | None = None,
+        cache_dir: str | Path = ".cache/packlm",
+        model_context: int | None = None,
+        data: DataConfig | None = None,
+        prepared: Any = None,
+        progress: bool = True,
+        **data_keys: Any,
+    ):
+        super().__init__()
+        self.data = _data_config(data, data_keys).validate(model_context)
+        self.tokenizer_config = _tokenizer_config(tokenizer)
+        self.cache_dir = Path(cache_dir)
+        self.progress = progress
+        self.prepared = prepared
+        if self.data.stride > self.data.window:
+            log.warning(
+                "data.stride=%d > data.window=%d: %d tokens between windows are never a target",
+                self.data.stride,
+                self.data.window,
+                self.data.stride - self.data.window,
+            )
+        self._stores: dict[str, TokenStore] = {}
+        self._lengths: dict[str, np.ndarray] = {}
+        self._plans: dict[tuple[str, int], EpochPlan] = {}
+        self._logged_epochs: set[int] = set()
+        self._train_sampler: PlanSampler | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (spawned processes): open stores and plans are rebuilt, never copied."""
+        state = dict(self.__dict__)
+        state.update(_stores={}, _lengths={}, _plans={}, _train_sampler=None)
+        return state
+
+    # --- preparation -------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        """Train or load the tokenizer and build the stores (cached; Lightning: once per node)."""
+        if self.prepared is None:
+            from packlm.data.pipeline import prepare_stores
+
+            self.prepared = prepare_stores(
+                self.data, self.tokenizer_config, self.cache_dir, self.progress
+            )
+
+    def setup(self, stage: str | None = None) -> None:
+        """Open the stores (every process); cheap when already done."""
+        self.prepare_data()
+        for split, path in (("train", self.prepared.train_dir), ("val", self.prepared.val_dir)):
+            if split not in self._stores:
+                store = TokenStore.open(path)
+                self._stores[split] = store
+                self._lengths[split] = np.diff(np.asarray(store.doc_offsets))  # int64 [n_docs]
+
+    def store(self, split: str = "train") -> TokenStore:
+        self.setup()
+        return self._stores[split]
+
+    @property
+    def tokenizer(self) -> Any:
+        self.prepare_data()
+        return self.prepared.tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        tok = self.tokenizer
+        return int(tok.vocab_size if tok is not None else self.store().manifest["vocab_size"])
+
+    @property
+    def pad_id(self) -> int:
+        return self.store().pad_id
+
+    @property
+    def eos_id(self) -> int:
+        return self.store().eos_id
+
+    @property
+    def token_byte_lengths(self) -> Any:
+        """UTF-8 bytes of each token id (for bits per byte)."""
+        return self.tokenizer.token_byte_lengths()
+
+    @property
+    def source_weights(self) -> list[float]:
+        return [source_weight(e) for e in self.data.sources]
+
+    # --- plans ---------------------------------------------------------------------------
+    def plan(self, epoch: int, split: str = "train") -> EpochPlan:
+        """The epoch plan of a split (validation: the fixed windows, the same every epoch)."""
+        key = (split, 0 if split == "val" else epoch)
+        if key not in self._plans:
+            self.setup()
+            if split == "val":
+                plan = build_plan(self._lengths["val"], validation_config(self.data), 0)
+            else:
+                store = self._stores["train"]
+                plan = build_plan(
+                    self._lengths["train"],
+                    self.data,
+                    epoch,
+                    np.asarray(store.doc_sources),
+                    self.source_weights,
+                )
+            # keep one plan per split
+            self._plans = {k: v for k, v in self._plans.items() if k[0] != split}
+            self._plans[key] = plan
+        return self._plans[key]
+
+    def plan_statistics(self, epoch: int, split: str = "train") -> dict[str, Any]:
+        """`packlm.data.stats.plan_statistics` of one epoch, with per-source counts."""
+        store = self.store(split)
+        names = store.source_names
+        return plan_statistics(self.plan(epoch, split), np.asarray(store.doc_sources), names)
+
+    def supervised_tokens_per_batch(self) -> float:
+        """Expected supervised targets in one batch of one rank (sizes token budgets)."""
+        stats = self.plan_statistics(0)
+        return stats["supervised_tokens"] / max(stats["samples"], 1) * self.data.batch_size
+
+    # --- dataloaders ---------------------------------------------------------------------
+    def train_dataloader(self) -> PlanDataLoader:
+        rank, world = self._rank_world()
+        sampler = PlanSampler(
+            lambda e: self.plan(e, "train"),
+            self.data.batch_size,
+            rank,
+            world,
+            epoch=self._trainer_epoch(),
+            on_epoch=self._on_train_epoch,
+        )
+        self._train_sampler = sampler
+        return self._loader("train", sampler)
+
+    def val_dataloader(self) -> PlanDataLoader:
+        rank, world = self._rank_world()
+        sampler = PlanSampler(lambda e: self.plan(0, "val"), self.data.batch_size, rank, world)
+        return self._loader("val", sampler)
+
+    def _loader(self, split: str, sampler: PlanSampler) -> PlanDataLoader:
+        store = self.store(split)
+        cfg = self.data if split == "train" else validation_config(self.data)
+        return PlanDataLoader(
+            WindowDataset(store.path, cfg.window, store.pad_id),
+            sampler,
+            packing=cfg.packing,
+            fingerprint=plan_fingerprint(
+                cfg, store, self.source_weights if split == "train" else None
+            ),
+            num_workers=self.data.num_workers,
+        )
+
+    def _rank_world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        if trainer is not None:
+            if trainer.world_size > 1 and trainer._accelerator_connector.use_distributed_sampler:
+                raise ConfigError(
+                    "PackedDataModule shards the epoch plan itself: create the Trainer with "
+                    "use_distributed_sampler=False"
+                )
+            return trainer.global_rank, trainer.world_size
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return 0, 1
+
+    def _trainer_epoch(self) -> int:
+        """The epoch Lightning is about to run (it passes the same number to set_epoch)."""
+        if self.trainer is None:
+            return 0
+        return self.trainer.fit_loop.epoch_progress.current.processed
+
+    # --- per-epoch statistics ------------------------------------------------------------
+    def _on_train_epoch(self, epoch: int) -> None:
+        if epoch in self._logged_epochs or self.trainer is None:
+            return
+        self._logged_epochs.add(epoch)
+        self._check_epoch_length(epoch)
+        if self.trainer.is_global_zero and self.trainer.loggers:
+            self.log_plan_statistics(epoch)
+
+    def log_plan_statistics(self, epoch: int) -> dict[str, Any]:
+        """Send the epoch's plan statistics to the trainer's loggers: scalars `data/...`,
+        histograms on TensorBoard. Returns the statistics; override to log more."""
+        stats = self.plan_statistics(epoch)
+        step = self.trainer.global_step
+        scalars = {f"data/{k}": float(v) for k, v in stats.items() if isinstance(v, (int, float))}
+        for name, counts in stats.get("sources", {}).items():
+            scalars.update({f"data/source/{name}/{k}": float(v) for k, v in counts.items()})
+        for logger in self.trainer.loggers:
+            logger.log_metrics(scalars, step=step)
+            writer = getattr(logger, "experiment", None)
+            if hasattr(writer, "add_histogram_raw"):
+                for name, h in stats["histograms"].items():
+                    if h.num:
+                        writer.add_histogram_raw(
+                            f"data/{name}",
+                            h.min,
+                            h.max,
+                            h.num,
+                            h.sum,
+                            h.sum_squares,
+                            h.edges[1:].tolist(),
+                            h.counts.tolist(),
+                            global_step=step,
+                        )
+        return stats
+
+    def _check_epoch_length(self, epoch: int) -> None:
+        trainer = self.trainer
+        sampler = self._train_sampler
+        limit = trainer.num_training_batches
+        if (
+            sampler is None
+            or not math.isfinite(limit)
+            or trainer.reload_dataloaders_every_n_epochs == 1
+        ):
+            return
+        if len(sampler) > limit:
+            log.warning(
+                "epoch %d has %d batches but Lightning will stop it after %d (the length it read at "
+                "the first epoch); create the Trainer with reload_dataloaders_every_n_epochs=1",
+                epoch,
+                len(sampler),
+                limit,
+            )
+
+
+def _data_config(data: DataConfig | None, keys: dict[str, Any]) -> DataConfig:
+    """A DataConfig from an instance and/or keyword keys; an unknown key is a ConfigError."""
+    allowed = {f.name for f in fields(DataConfig)}
+    for key in keys:
+        if key not in allowed:
+            raise ConfigError(f"data.{key}: unknown key; allowed {sorted(allowed)}")
+    values = asdict(data) if data is not None else {}
+    values.update({k: _plain(v) for k, v in keys.items()})
+    return DataConfig(**values)
+
+
+def _tokenizer_config(tokenizer: TokenizerConfig | Mapping | None) -> TokenizerConfig:
+    if isinstance(tokenizer, TokenizerConfig):
+        return tokenizer.validate()
+    values = _plain(tokenizer) if tokenizer is not None else {}
+    values = {k: v for k, v in values.items() if k != "_target_"}
+    return TokenizerConfig(**values).validate()
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers (Hydra's instantiate passes them) -> lists and dicts."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return dict(value) if isinstance(value, Mapping) else value

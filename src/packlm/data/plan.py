@@ -1,0 +1,365 @@
+"""The epoch plan: (document lengths, data config, seed, epoch) -> every sample of the epoch.
+
+A pure function, so every rank and worker computes the same plan and a restart rebuilds it
+instead of storing it. Coordinates: the epoch's documents (after mixing and shuffling) laid
+end to end form the *stream*; a sequence is an interval of the stream (one document, a pack,
+or the whole stream) and a sample is (stream start g, tokens read R <= T+1) inside one
+sequence. Samples are never materialized as objects: sample i of sequence s is computed from
+s's start, length and offset, so memory is a few bytes per document and per sequence plus
+one int32 permutation of the samples.
+
+Mixing rule: a source with weight w contributes every one of its n documents floor(w) times,
+plus round(frac(w) * n) of them once more, drawn without replacement afresh each epoch. The
+weight is thus the expected number of times each document is seen per epoch (1 = natural).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from packlm.data.config import DataConfig
+
+GROUP = 32
+"""Stream positions are stored for every GROUP-th epoch document (8/GROUP bytes a document)."""
+_CHUNK = GROUP * 32768
+_DOCS, _MIX, _OFFSETS, _SAMPLES = range(4)  # independent random streams of one epoch
+
+
+def plan_rng(seed: int, epoch: int, purpose: int) -> np.random.Generator:
+    """The generator of one purpose in one epoch: independent of every other (seed, epoch, purpose)."""
+    return np.random.default_rng([seed % 2**64, epoch, purpose])
+
+
+def validation_config(cfg: DataConfig) -> DataConfig:
+    """Validation windows: stride = window, no offset, padded tail, no shuffling (each token once)."""
+    return replace(
+        cfg,
+        stride=cfg.window,
+        random_offset=False,
+        tail="pad",
+        shuffle=False,
+        shuffle_documents=False,
+    )
+
+
+def _index_dtype(n: int) -> np.dtype:
+    return np.dtype(np.int32) if n < 2**31 - 1 else np.dtype(np.int64)
+
+
+def _search(sorted_values: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Index of the interval [v[k], v[k+1]) holding each query (same dtype: no O(n) cast)."""
+    return np.searchsorted(sorted_values, queries.astype(sorted_values.dtype), side="right") - 1
+
+
+@dataclass
+class EpochPlan:
+    """One epoch's samples, stored per document and per sequence (see the module doc)."""
+
+    window: int
+    stride: int
+    tail: str
+    packing: str
+    seed: int
+    epoch: int
+    # int64 [n_docs]: the store's document lengths (shared, not owned)
+    doc_lengths: np.ndarray
+    # int32 [n_ord]: the store document of each epoch document
+    order: np.ndarray
+    # int64 [ceil(n_ord/GROUP)+1]: stream start of epoch documents 0, G, 2G, ..., then the total
+    checkpoints: np.ndarray
+    # int64 [n_seq+1]: first epoch document of each sequence, then n_ord; None: one per document
+    seq_first: np.ndarray | None
+    # int32 [n_seq]: first window start of each sequence; None: all 0
+    offsets: np.ndarray | None
+    # int64 [n_seq+1]: samples before each sequence
+    window_cum: np.ndarray
+    # int32 [S]: the sample at each position of the epoch; None: in plan order
+    sample_order: np.ndarray | None
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.window_cum[-1])
+
+    @property
+    def n_sequences(self) -> int:
+        return len(self.window_cum) - 1
+
+    @property
+    def n_documents(self) -> int:
+        return len(self.order)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens of the epoch stream (every document copy counted)."""
+        return int(self.checkpoints[-1])
+
+    def doc_start(self, j: np.ndarray) -> np.ndarray:
+        """int64 stream start of epoch documents j (j = n_ord gives the total)."""
+        j = np.asarray(j, dtype=np.int64)
+        group = j // GROUP
+        # [n, G-1]: the epoch documents of j's group, masked to those before j
+        k = group[:, None] * GROUP + np.arange(GROUP - 1)
+        lens = self._lengths(k) * (k < j[:, None])
+        return self.checkpoints[group] + lens.sum(axis=1)
+
+    def locate(self, g: np.ndarray) -> np.ndarray:
+        """int64 epoch document holding stream position g (0 <= g < n_tokens)."""
+        g = np.asarray(g, dtype=np.int64)
+        group = _search(self.checkpoints, g)
+        k = group[:, None] * GROUP + np.arange(GROUP)  # [n, G]
+        ends = self.checkpoints[group][:, None] + np.cumsum(self._lengths(k), axis=1)  # [n, G]
+        return group * GROUP + (ends <= g[:, None]).sum(axis=1)
+
+    def _lengths(self, k: np.ndarray) -> np.ndarray:
+        """Lengths of epoch documents k, 0 past the end."""
+        n = len(self.order)
+        if n == 0:
+            return np.zeros(k.shape, dtype=np.int64)
+        return np.where(k < n, self.doc_lengths[self.order[np.minimum(k, n - 1)]], 0)
+
+    def sequences(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(stream start, length) of sequences s, int64."""
+        s = np.asarray(s, dtype=np.int64)
+        if self.seq_first is None:
+            return self.doc_start(s), self._lengths(s)
+        start = self.doc_start(self.seq_first[s])
+        return start, self.doc_start(self.seq_first[s + 1]) - start
+
+    def sample_ids(self, positions: np.ndarray) -> np.ndarray:
+        """The sample at each position of the epoch order."""
+        positions = np.asarray(positions, dtype=np.int64)
+        if self.sample_order is None:
+            return positions
+        return self.sample_order[positions].astype(np.int64)
+
+    def layout(self, s: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(stream start, length, offset, full windows) of sequences s, int64 [n] each."""
+        s = np.asarray(s, dtype=np.int64)
+        start, length = self.sequences(s)
+        offset = np.zeros_like(s) if self.offsets is None else self.offsets[s].astype(np.int64)
+        return start, length, offset, full_windows(length, offset, self.window, self.stride)
+
+    def windows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sequence, stream start g, tokens read R) of samples ids, int64 [n] each."""
+        ids = np.asarray(ids, dtype=np.int64)
+        s = _search(self.window_cum, ids)
+        k = ids - self.window_cum[s]  # window index inside its sequence
+        start, length, offset, full = self.layout(s)
+        t1 = self.window + 1
+        local = offset + k * self.stride  # the grid; k == full is the pad tail window
+        if self.tail == "cover":
+            local = np.where(k >= full, length - t1, local)
+        local = np.where(length < t1, 0, local)  # a short sequence: one padded sample
+        return s, start + local, np.minimum(t1, length - local)
+
+    def pieces(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The document pieces of samples ids, in row order: (row, store doc, start in doc, length).
+
+        A sample spans consecutive epoch documents; each piece is one document's part of it.
+        """
+        _, g, r = self.windows(ids)
+        first, last = self.locate(g), self.locate(g + r - 1)  # [n]
+        count = last - first + 1
+        row = np.repeat(np.arange(len(g)), count)  # [p]
+        within = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)
+        j = first[row] + within  # [p] epoch documents
+        doc_start = self.doc_start(j)
+        doc = self.order[j].astype(np.int64)
+        lo = np.maximum(doc_start, g[row])
+        hi = np.minimum(doc_start + self.doc_lengths[doc], (g + r)[row])
+        keep = hi > lo  # drops empty documents
+        return row[keep], doc[keep], (lo - doc_start)[keep], (hi - lo)[keep]
+
+
+def build_plan(
+    doc_lengths: np.ndarray,
+    cfg: DataConfig,
+    epoch: int,
+    doc_sources: np.ndarray | None = None,
+    weights: list[float] | None = None,
+) -> EpochPlan:
+    """The plan of `epoch`: document order -> sequences -> offsets -> windows -> sample order."""
+    lengths = np.asarray(doc_lengths, dtype=np.int64)
+    order = epoch_documents(len(lengths), cfg, epoch, doc_sources, weights)
+    checkpoints = stream_checkpoints(order, lengths)
+    seq_first, seq_len = make_sequences(order, lengths, checkpoints, cfg)
+    if seq_len is None:  # one sequence per document: lengths in chunks, no full temporary
+        n_seq = len(order)
+        chunks = (lengths[order[lo : lo + _CHUNK]] for lo in range(0, n_seq, _CHUNK))
+    else:
+        n_seq = len(seq_len)
+        chunks = (seq_len[lo : lo + _CHUNK] for lo in range(0, n_seq, _CHUNK))
+    offsets, window_cum = place_windows(chunks, n_seq, cfg, epoch)
+    sample_order = None
+    if cfg.shuffle:
+        n = int(window_cum[-1])
+        sample_order = np.arange(n, dtype=_index_dtype(n))
+        plan_rng(cfg.seed, epoch, _SAMPLES).shuffle(sample_order)
+    return EpochPlan(
+        window=cfg.window,
+        stride=cfg.stride,
+        tail=cfg.tail,
+        packing=cfg.packing,
+        seed=cfg.seed,
+        epoch=epoch,
+        doc_lengths=lengths,
+        order=order,
+        checkpoints=checkpoints,
+        seq_first=seq_first,
+        offsets=offsets,
+        window_cum=window_cum,
+        sample_order=sample_order,
+    )
+
+
+def epoch_documents(
+    n_docs: int,
+    cfg: DataConfig,
+    epoch: int,
+    doc_sources: np.ndarray | None = None,
+    weights: list[float] | None = None,
+) -> np.ndarray:
+    """Store document of each epoch document: mixed by source weight, then shuffled if asked."""
+    dtype = _index_dtype(n_docs)
+    if weights is None or all(w == 1.0 for w in weights):
+        order = np.arange(n_docs, dtype=dtype)
+    else:
+        if doc_sources is None:
+            raise ValueError("mixing weights need the store's doc_sources")
+        sources = np.asarray(doc_sources)
+        n_sources = max(len(weights), int(sources.max()) + 1 if n_docs else 0)
+        rng = plan_rng(cfg.seed, epoch, _MIX)
+        parts = []
+        for s in range(n_sources):
+            docs = np.flatnonzero(sources == s).astype(dtype)
+            whole, frac = divmod(float(weights[s]) if s < len(weights) else 1.0, 1.0)
+            parts += [docs] * int(whole)
+            extra = round(frac * len(docs))
+            if extra:
+                parts.append(rng.choice(docs, extra, replace=False))
+        # store order, copies adjacent
+        order = np.sort(np.concatenate([np.zeros(0, dtype), *parts]))
+    if cfg.shuffle_documents:
+        plan_rng(cfg.seed, epoch, _DOCS).shuffle(order)
+    return order
+
+
+def stream_checkpoints(order: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """int64 [ceil(n/GROUP)+1]: stream start of every GROUP-th epoch document, then the total.
+
+    Computed in chunks so the temporary is bounded whatever the number of documents.
+    """
+    sums = []
+    for lo in range(0, len(order), _CHUNK):
+        lens = lengths[order[lo : lo + _CHUNK]]  # [chunk]
+        sums.append(np.add.reduceat(lens, np.arange(0, len(lens), GROUP)))
+    checkpoints = np.zeros(len(order) // GROUP + (len(order) % GROUP > 0) + 1, dtype=np.int64)
+    if sums:
+        np.cumsum(np.concatenate(sums), out=checkpoints[1:])
+    return checkpoints
+
+
+def make_sequences(
+    order: np.ndarray, lengths: np.ndarray, checkpoints: np.ndarray, cfg: DataConfig
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(first epoch document of each sequence, then n_ord; their lengths), both None for
+    packing none (one sequence per document)."""
+    n = len(order)
+    if cfg.packing == "none":
+        return None, None
+    if cfg.pack_size is None:  # the whole stream is one sequence
+        return np.array([0, n], dtype=np.int64), checkpoints[-1:].copy()
+    cum = np.zeros(n + 1, dtype=np.int64)  # stream start of every epoch document
+    for lo in range(0, n, _CHUNK):
+        np.cumsum(lengths[order[lo : lo + _CHUNK]], out=cum[lo + 1 : lo + _CHUNK + 1])
+        cum[lo + 1 : lo + _CHUNK + 1] += cum[lo]
+    seq_first = greedy_packs(cum, cfg.pack_size)
+    return seq_first, np.diff(cum[seq_first])
+
+
+def greedy_packs(cum: np.ndarray, pack_size: int) -> np.ndarray:
+    """Ordered greedy packing: first document of each pack, then n; documents never cut.
+
+    next(i) is where a pack starting at document i ends (at least i+1: an over-long document
+    is a pack alone). The pack starts are the path 0, next(0), next(next(0)), ..., found by
+    pointer doubling: after round k, `on` holds the first 2^k path nodes and `jump` = next^(2^k),
+    so log2(packs) vectorized rounds replace a Python loop over packs.
+    """
+    n = len(cum) - 1
+    dtype = _index_dtype(n + 1)
+    jump = np.empty(n + 1, dtype=dtype)
+    for lo in range(0, n, _CHUNK):  # last document that still fits a pack starting at each one
+        hi = min(n, lo + _CHUNK)
+        reach = np.searchsorted(cum, cum[lo:hi] + pack_size, side="right") - 1
+        jump[lo:hi] = np.maximum(reach, np.arange(lo + 1, hi + 1))
+    jump[n] = n
+    on = np.zeros(n + 1, dtype=bool)
+    on[0] = True
+    nodes = np.zeros(1, dtype=dtype)
+    while True:
+        targets = jump[nodes]
+        on[targets] = True
+        if (targets == n).all():
+            return np.flatnonzero(on)
+        nodes = np.flatnonzero(on).astype(dtype)
+        jump = jump[jump]
+
+
+def place_windows(
+    chunks, n_seq: int, cfg: DataConfig, epoch: int
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """(offset of each sequence or None, int64 [n_seq+1] samples before each sequence), from
+    the sequence lengths given in consecutive chunks (bounded temporaries)."""
+    random = cfg.random_offset and cfg.stride > 1
+    offsets = np.zeros(n_seq, dtype=_index_dtype(cfg.stride)) if random else None
+    window_cum = np.zeros(n_seq + 1, dtype=np.int64)
+    rng = plan_rng(cfg.seed, epoch, _OFFSETS)
+    lo = 0
+    for seq_len in chunks:
+        hi = lo + len(seq_len)
+        offset = draw_offsets(seq_len, cfg, rng) if random else None
+        if random:
+            offsets[lo:hi] = offset
+        window_cum[lo + 1 : hi + 1] = windows_per_sequence(seq_len, offset, cfg)
+        lo = hi
+    np.cumsum(window_cum, out=window_cum)
+    return offsets, window_cum
+
+
+def draw_offsets(seq_len: np.ndarray, cfg: DataConfig, rng: np.random.Generator) -> np.ndarray:
+    """int64 first window start of each sequence, uniform in [0, min(stride-1, len-(T+1))].
+
+    floor(u * (high+1)) with u a multiple of 2^-53 in [0, 1): each offset's probability is off
+    by less than stride / 2^53, and it is twice as fast as Generator.integers with array bounds.
+    """
+    high = np.clip(np.minimum(cfg.stride - 1, seq_len - (cfg.window + 1)), 0, None)  # [n]
+    return np.minimum((rng.random(len(seq_len)) * (high + 1)).astype(np.int64), high)
+
+
+def windows_per_sequence(
+    seq_len: np.ndarray, offsets: np.ndarray | None, cfg: DataConfig
+) -> np.ndarray:
+    """Samples of each sequence: full windows + a tail window + one padded sample if short.
+
+    A tail window exists when the last full window ends before the sequence does and the
+    next grid start is still inside it (with stride > T+1 the end may fall in a gap).
+    """
+    t1 = cfg.window + 1
+    offset = 0 if offsets is None else offsets
+    fits = seq_len >= t1
+    full = full_windows(seq_len, offset, cfg.window, cfg.stride)  # [n_seq]
+    last_end = offset + (full - 1) * cfg.stride + t1
+    next_start = offset + full * cfg.stride
+    tail = fits & (last_end < seq_len) & (next_start < seq_len) & (cfg.tail != "drop")
+    short = ~fits & (seq_len > 0)
+    return full + tail + short
+
+
+def full_windows(
+    length: np.ndarray, offset: np.ndarray | int, window: int, stride: int
+) -> np.ndarray:
+    """Full windows (T+1 tokens) of sequences of `length` whose first window starts at `offset`."""
+    t1 = window + 1
+    return np.where(length >= t1, (length - t1 - offset) // stride + 1, 0)

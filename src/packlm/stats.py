@@ -1,0 +1,50 @@
+"""`python -m packlm.stats [overrides] [+epochs=N]`: what the epoch plans do to the data.
+
+Takes the same overrides as train.py and prints, as JSON, the plan statistics of the first
+N training epochs (`+epochs=N` or `+stats_epochs=N`, default 1) and of the validation
+windows: samples, fill, supervised tokens, target multiplicity, overlap, per-source counts.
+No model is built; the tokenizer and stores come from the cache (built if missing).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from packlm.config import CONFIG_DIR, validate_config
+from packlm.data.datamodule import PackedDataModule
+from packlm.data.stats import to_json
+
+
+def statistics(cfg: DictConfig, epochs: int = 1) -> dict:
+    """{"train": [stats of epoch 0..epochs-1], "val": stats} for a composed config."""
+    config = validate_config(cfg)
+    dm = PackedDataModule(
+        tokenizer=config.tokenizer,
+        cache_dir=cfg.cache_dir,
+        model_context=config.model.context_length,
+        data=config.data,
+    )
+    dm.setup()
+    return {
+        "train": [to_json(dm.plan_statistics(e)) for e in range(epochs)],
+        "val": to_json(dm.plan_statistics(0, "val")),
+    }
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
+def main(cfg: DictConfig) -> None:
+    for handler in logging.getLogger().handlers:  # Hydra logs to stdout; keep stdout pure JSON
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+    epochs = int(cfg.get("epochs", cfg.get("stats_epochs", 1)))
+    json.dump(statistics(cfg, epochs), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

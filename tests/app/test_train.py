@@ -1,0 +1,89 @@
+"""train(cfg) end to end on a tiny corpus: tags in TensorBoard, checkpoints, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from packlm.config import CONFIG_DIR, validate_config
+from packlm.data.config import ConfigError
+from packlm.train import train
+
+MODEL_TAGS = [
+    "train/loss", "val/loss", "val/bpb", "val/ppl",
+    "tokens/input", "tokens/nonpad", "tokens/supervised", "tokens/documents",
+    "throughput/input_tokens_per_s", "throughput/nonpad_tokens_per_s",
+    "throughput/supervised_tokens_per_s", "lr", "grad_norm",
+]  # fmt: skip
+
+
+def read_events(run_dir: Path) -> EventAccumulator:
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0, "images": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def test_default_config_composes_and_every_group_option_validates():
+    with initialize_config_dir(CONFIG_DIR, version_base=None):
+        validate_config(compose("config"))
+        for experiment in sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml")):
+            validate_config(compose("config", overrides=[f"experiment={experiment}"]))
+
+
+def test_data_group_instantiates_with_target(compose_tiny):
+    cfg = compose_tiny()
+    datamodule = instantiate(cfg.data, tokenizer=cfg.tokenizer, cache_dir=cfg.cache_dir)
+    assert datamodule.data.window == cfg.data.window
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("data.window=0", "data.window"),
+        ("data.stride=-1", "data.stride"),
+        ("data.packing=zip", "data.packing"),
+        ("data.window=64", "data.window"),  # longer than model.context_length=32
+        ("model.n_head=3", "model.n_head"),
+        ("tokenizer.vocab_size=10", "tokenizer.vocab_size"),
+        ("trainer.precision=8-bit", "trainer.precision"),
+    ],
+)
+def test_bad_override_names_the_key(compose_tiny, override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate_config(compose_tiny(override))
+
+
+def test_train_writes_every_tag_checkpoints_and_resumes(compose_tiny, tmp_path):
+    run = tmp_path / "run"
+    metrics = train(compose_tiny(), run_dir=run)
+    for key in ("val/loss", "val/bpb"):
+        assert torch.isfinite(torch.tensor(metrics[key])), key
+
+    events = read_events(run)
+    scalars = set(events.Tags()["scalars"])
+    missing = [t for t in MODEL_TAGS if t not in scalars]
+    assert not missing, f"missing tags {missing}; have {sorted(scalars)}"
+    assert any(t.startswith("data/") for t in scalars), "no data statistics scalars"
+    assert "val_by_tokens/loss" in scalars
+    assert "data/attention_mask_row0" in events.Tags()["images"]
+    steps = [e.step for e in events.Scalars("train/loss")]
+    assert max(steps) >= 5
+
+    supervised = [e.value for e in events.Scalars("tokens/supervised")]
+    assert supervised == sorted(supervised) and supervised[0] > 0  # cumulative
+
+    last = run / "checkpoints" / "last.ckpt"
+    assert last.is_file()
+    # Resume for 4 more steps: the curve continues from step 6 in the same run directory.
+    resumed = compose_tiny("trainer.max_steps=10", f"ckpt_path={last}")
+    train(resumed, run_dir=tmp_path / "ignored")
+    steps_after = sorted({e.step for e in read_events(run).Scalars("train/loss")})
+    assert max(steps_after) >= 9
+    assert min(s for s in steps_after if s > max(steps)) == max(steps) + 1
+    supervised_after = [e.value for e in read_events(run).Scalars("tokens/supervised")]
+    assert max(supervised_after) > max(supervised)

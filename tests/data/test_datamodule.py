@@ -1,0 +1,256 @@
+"""PackedDataModule: construction, dataloaders, statistics logging, exact resume in Lightning."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from types import SimpleNamespace
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.loggers import Logger
+from omegaconf import OmegaConf
+from test_plan_helpers import write_position_store
+
+from packlm.data.config import ConfigError, DataConfig
+from packlm.data.datamodule import PackedDataModule
+from packlm.data.pipeline import PreparedData
+
+TRAIN_LENGTHS = np.random.default_rng(0).integers(1, 60, size=90)
+VAL_LENGTHS = np.random.default_rng(1).integers(1, 60, size=12)
+KEYS = dict(window=8, stride=6, batch_size=4, num_workers=0, seed=5)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stores")
+    train = write_position_store(
+        root / "train", TRAIN_LENGTHS, (np.arange(90) % 2).tolist(), ["a", "b"]
+    )
+    val = write_position_store(root / "val", VAL_LENGTHS)
+    return PreparedData(None, root, train.path, val.path, train.manifest, val.manifest)
+
+
+def module(prepared, **keys) -> PackedDataModule:
+    return PackedDataModule(prepared=prepared, **{**KEYS, **keys})
+
+
+def test_unknown_and_invalid_keys_fail_before_any_work_naming_the_key():
+    with pytest.raises(ConfigError, match=r"^data\.windw: unknown key"):
+        PackedDataModule(windw=8)
+    with pytest.raises(ConfigError, match=r"^data\.window=512"):
+        PackedDataModule(window=512, model_context=256)
+    with pytest.raises(ConfigError, match=r"^data\.pack_size=8"):
+        PackedDataModule(window=8, pack_size=8)
+
+
+def test_hydra_style_and_dataclass_construction_agree():
+    cfg = OmegaConf.create(
+        {"sources": [{"path": "x.txt", "weight": 2}], "window": 16, "stride": 16}
+    )
+    a = PackedDataModule(tokenizer=OmegaConf.create({"vocab_size": 300}), **cfg)
+    b = PackedDataModule(
+        data=DataConfig(sources=[{"path": "x.txt", "weight": 2}], window=16, stride=16)
+    )
+    assert a.data == b.data and a.source_weights == [2.0]
+    assert a.tokenizer_config.vocab_size == 300
+
+
+def test_stride_beyond_window_is_allowed_with_a_warning(caplog):
+    with caplog.at_level(logging.WARNING):
+        PackedDataModule(window=8, stride=12)
+    assert "data.stride=12 > data.window=8" in caplog.text
+
+
+def test_ids_and_loaders(prepared):
+    dm = module(prepared)
+    dm.setup("fit")
+    assert (dm.vocab_size, dm.eos_id, dm.pad_id) == (
+        prepared.train_manifest["vocab_size"],
+        dm.vocab_size - 2,
+        dm.vocab_size - 1,
+    )
+    batch = next(iter(dm.train_dataloader()))
+    assert set(batch) == {"input_ids", "labels", "segment_ids", "position_ids"}
+    assert batch["input_ids"].shape == (4, 8)
+
+
+def test_validation_scores_every_token_once(prepared):
+    dm = module(prepared, packing="none", stride=3, random_offset=True, tail="drop")
+    labels = torch.cat([b["labels"].flatten() for b in dm.val_dataloader()])
+    counts = np.bincount(labels[labels >= 0].numpy(), minlength=VAL_LENGTHS.sum())
+    doc_starts = np.r_[0, np.cumsum(VAL_LENGTHS)[:-1]]
+    expected = np.ones(VAL_LENGTHS.sum(), dtype=np.int64)
+    expected[doc_starts] = 0  # the first token of a document is never a target
+    assert np.array_equal(counts, expected)
+
+
+def test_ranks_come_from_the_trainer_which_must_not_replace_the_sampler(prepared):
+    dm = module(prepared)
+    connector = SimpleNamespace(use_distributed_sampler=True)
+    dm.trainer = SimpleNamespace(
+        world_size=2,
+        global_rank=1,
+        _accelerator_connector=connector,
+        fit_loop=SimpleNamespace(
+            epoch_progress=SimpleNamespace(current=SimpleNamespace(processed=3))
+        ),
+    )
+    with pytest.raises(ConfigError, match="use_distributed_sampler=False"):
+        dm.train_dataloader()
+    connector.use_distributed_sampler = False
+    sampler = dm.train_dataloader().sampler
+    assert (sampler.rank, sampler.world_size, sampler.epoch) == (1, 2, 3)
+
+
+class Recorder(L.LightningModule):
+    """Records every training batch; its one weight never changes the data."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.seen: list[torch.Tensor] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append(batch["input_ids"].clone())
+        return (self.w * batch["input_ids"].float().mean()).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+class SaveAt(L.Callback):
+    def __init__(self, step: int, path):
+        self.step, self.path = step, path
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step == self.step:
+            trainer.save_checkpoint(self.path)
+
+
+class MemoryLogger(Logger):
+    name, version = "memory", 0
+
+    def __init__(self):
+        super().__init__()
+        self.metrics: list[tuple[int, dict]] = []
+
+    def log_metrics(self, metrics, step=None):
+        self.metrics.append((step, dict(metrics)))
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        pass
+
+
+def fit(prepared, ckpt_path=None, callbacks=(), reload=1, logger=False, epochs=3, **keys):
+    dm, model = module(prepared, **keys), Recorder()
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        logger=logger,
+        callbacks=list(callbacks),
+        use_distributed_sampler=False,
+        reload_dataloaders_every_n_epochs=reload,
+        limit_val_batches=0,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    return model.seen, dm
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Lightning's advice on workers and logging
+@pytest.mark.parametrize(
+    ("where", "reload", "workers"), [("mid", 1, 0), ("end", 1, 0), ("mid", 0, 0), ("mid", 1, 2)]
+)
+def test_resume_from_a_checkpoint_gives_the_batches_of_an_uninterrupted_run(
+    prepared, tmp_path, where, reload, workers
+):
+    """Invariant 7, through Lightning's own checkpoint and fit loop."""
+    keys = dict(
+        random_offset=True, shuffle=True, shuffle_documents=True, num_workers=workers, reload=reload
+    )
+    dm = module(prepared, **{k: v for k, v in keys.items() if k != "reload"})
+    first_epoch = len(dm.train_dataloader())
+    step = first_epoch // 2 if where == "mid" else first_epoch
+    path = tmp_path / "step.ckpt"
+    full, _ = fit(prepared, callbacks=[SaveAt(step, path)], **keys)
+    rest, _ = fit(prepared, ckpt_path=path, **keys)
+    assert len(rest) == len(full) - step
+    assert all(torch.equal(a, b) for a, b in zip(rest, full[step:], strict=True))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_each_epoch_logs_its_plan_statistics(prepared):
+    logger = MemoryLogger()
+    _, dm = fit(prepared, logger=logger, epochs=2, random_offset=True)
+    logged = [(step, m) for step, m in logger.metrics if "data/samples" in m]
+    assert [m["data/epoch"] for _, m in logged] == [0.0, 1.0]
+    for _, m in logged:
+        stats = dm.plan_statistics(int(m["data/epoch"]))
+        assert m["data/supervised_tokens"] == stats["supervised_tokens"]
+        assert m["data/source/a/samples"] + m["data/source/b/samples"] == stats["samples"]
+
+
+def test_tensorboard_gets_histograms(prepared, tmp_path):
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    dm = module(prepared)
+    tb = TensorBoardLogger(str(tmp_path), name="tb")
+    dm.trainer = SimpleNamespace(global_step=0, loggers=[tb])
+    dm.log_plan_statistics(0)
+    tb.experiment.flush()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(tb.log_dir).Reload()
+    assert {
+        "data/target_multiplicity",
+        "data/window_start_in_document",
+        "data/document_length",
+    } <= set(events.Tags()["histograms"])
+    assert "data/samples" in events.Tags()["scalars"]
+
+
+def test_supervised_tokens_per_batch_matches_the_first_epoch(prepared):
+    dm = module(prepared, stride=8)
+    stats = dm.plan_statistics(0)
+    assert dm.supervised_tokens_per_batch() == pytest.approx(
+        stats["supervised_tokens"] / stats["samples"] * 4
+    )
+
+
+def test_prepare_data_trains_the_tokenizer_and_builds_the_stores(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(40):
+        (docs / f"{i:02d}.txt").write_text(f"text number {i} " * (1 + i % 4), encoding="utf-8")
+    dm = PackedDataModule(
+        tokenizer={"vocab_size": 300},
+        cache_dir=tmp_path / "cache",
+        sources=[str(docs / "*.txt")],
+        val_fraction=0.25,
+        window=16,
+        stride=16,
+        num_workers=0,
+        progress=False,
+    )
+    dm.prepare_data()
+    dm.setup("fit")
+    assert dm.vocab_size == dm.tokenizer.vocab_size <= 300
+    assert dm.eos_id == dm.tokenizer.special_token_ids["<|endoftext|>"]
+    assert dm.pad_id == dm.tokenizer.special_token_ids["<|pad|>"]
+    assert len(dm.token_byte_lengths) == dm.vocab_size
+    text = [
+        dm.tokenizer.decode(b["input_ids"][b["segment_ids"] >= 0].tolist())
+        for b in dm.val_dataloader()
+    ]
+    assert "text number" in "".join(text)
+    clone = pickle.loads(pickle.dumps(dm))
+    assert clone._stores == {} and next(iter(clone.train_dataloader()))["input_ids"].shape == (
+        16,
+        16,
+    )

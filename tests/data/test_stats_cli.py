@@ -1,0 +1,35 @@
+"""`python -m packlm.stats`: the composed config's plan statistics, per epoch, as JSON."""
+
+from __future__ import annotations
+
+import json
+
+from hydra import compose, initialize_config_dir
+
+from packlm.config import CONFIG_DIR
+from packlm.stats import statistics
+
+
+def test_statistics_of_a_composed_config(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(60):
+        (docs / f"{i:02d}.txt").write_text(f"document {i}: " + "lorem ipsum dolor " * (1 + i % 7))
+    overrides = [
+        f"data.sources=[{docs}/*.txt]",
+        "data.val_fraction=0.2",
+        "tokenizer.vocab_size=300",
+        f"cache_dir={tmp_path / 'cache'}",
+        "data.window=16",
+        "data.stride=8",
+        "+epochs=2",
+    ]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        cfg = compose("config", overrides=overrides)
+    report = json.loads(json.dumps(statistics(cfg, int(cfg.epochs))))
+    first, second = report["train"]
+    assert (first["epoch"], second["epoch"], first["window"], first["stride"]) == (0, 1, 16, 8)
+    assert first["samples"] > 0 and report["val"]["samples"] > 0
+    assert report["val"]["stride"] == 16 and report["val"]["overlap_ratio"] == 0
+    assert sum(s["samples"] for s in first["sources"].values()) == first["samples"]
+    assert 1.5 < first["target_multiplicity_mean"] < 2.0  # stride = window / 2

@@ -1,0 +1,306 @@
+"""LitCausalLM inside a real Trainer: loss weighting, empty steps, counts, bpb, resume."""
+
+from __future__ import annotations
+
+import copy
+import math
+from functools import partial
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from _model_helpers import PAD, V, cat_rows, pack_row, random_docs, tiny_config
+from lightning.pytorch.loggers import Logger
+from torch.utils.data import DataLoader
+
+from packlm.model.lit_module import LitCausalLM, _token_counts, lr_factor
+from packlm.model.transformer import Transformer
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no"),
+    pytest.mark.filterwarnings("ignore:.*LeafSpec.*is deprecated"),
+    pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`"),
+]
+
+T = 16
+# micro-batches with very different numbers of supervised targets
+MANY = cat_rows(
+    pack_row(random_docs([7, 8], 1), T), pack_row(random_docs([15], 2), T)
+)  # 27 targets
+FEW = cat_rows(pack_row(random_docs([3], 3), T), pack_row([], T))  # 2 targets, one all-PAD row
+NONE = copy.deepcopy(MANY)
+NONE["labels"][:] = -100
+
+
+class Probe(LitCausalLM):
+    """Keeps the gradients the optimizer is about to use, and the logged step losses."""
+
+    def on_before_optimizer_step(self, optimizer):
+        super().on_before_optimizer_step(optimizer)
+        self.step_grads = {
+            n: None if p.grad is None else p.grad.clone() for n, p in self.named_parameters()
+        }
+        self.step_weights = copy.deepcopy(self.model.state_dict())  # before this step's update
+        self.losses = getattr(self, "losses", []) + [self.last_loss]
+
+
+def make(cls=Probe, seed=0, **optim) -> LitCausalLM:
+    torch.manual_seed(seed)
+    return cls(tiny_config(context_length=T), {"warmup_steps": 0, **optim})
+
+
+def trainer(**overrides) -> L.Trainer:
+    settings = dict(
+        accelerator="cpu", devices=1, precision="64-true", logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+    )  # fmt: skip
+    return L.Trainer(**{**settings, **overrides})
+
+
+def loader(*batches) -> DataLoader:
+    return DataLoader(list(batches), batch_size=None)
+
+
+def sum_ce(model, batch) -> torch.Tensor:
+    logits = model(batch["input_ids"], batch["segment_ids"], batch["position_ids"])
+    return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), reduction="sum")
+
+
+def reference_grads(*batches) -> tuple[dict[str, torch.Tensor], float]:
+    """Gradient of (sum of CE over all targets of all batches) / (number of targets), by hand."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(context_length=T)).double()
+    n = sum(int((b["labels"] != -100).sum()) for b in batches)
+    loss = sum(sum_ce(model, b) for b in batches) / n
+    loss.backward()
+    return {f"model.{k}": p.grad for k, p in model.named_parameters()}, loss.item()
+
+
+def assert_grads_equal(got: dict, expected: dict) -> None:
+    assert got.keys() == expected.keys()
+    for name, g in expected.items():
+        torch.testing.assert_close(got[name], g, atol=1e-10, rtol=1e-8, msg=name)
+
+
+def test_accumulation_equals_one_big_batch():
+    expected, expected_loss = reference_grads(MANY, FEW)
+
+    accumulated = make()
+    trainer(max_steps=1, accumulate_grad_batches=2).fit(accumulated, loader(MANY, FEW))
+    assert_grads_equal(accumulated.step_grads, expected)
+    assert accumulated.losses == [pytest.approx(expected_loss, rel=1e-12)]
+
+    big = make()
+    trainer(max_steps=1).fit(big, loader(cat_rows(MANY, FEW)))
+    assert_grads_equal(big.step_grads, expected)
+
+    # the test can tell: averaging the two micro-batch means would weigh FEW's 2 targets like 27
+    naive, _ = reference_grads(MANY)
+    few, _ = reference_grads(FEW)
+    key = "model.wte.weight"
+    assert not torch.allclose((naive[key] + few[key]) / 2, expected[key], atol=1e-6)
+
+
+def test_short_last_cycle_of_an_epoch_is_exact():
+    """3 micro-batches with accumulate_grad_batches=2: the second step has one micro-batch."""
+    lit = make()
+    trainer(max_steps=2, accumulate_grad_batches=2).fit(lit, loader(MANY, MANY, FEW))
+    model = Transformer(tiny_config(context_length=T)).double()
+    model.load_state_dict(lit.step_weights)  # weights after step 1
+    (sum_ce(model, FEW) / 2).backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(lit.step_grads[f"model.{name}"], p.grad, atol=1e-10, rtol=1e-8)
+
+
+def test_step_without_targets_leaves_everything_unchanged():
+    snapshots = []
+
+    class Snapshot(L.Callback):
+        def on_train_batch_end(self, trainer, module, *args):
+            opt = trainer.optimizers[0]
+            snapshots.append(
+                (copy.deepcopy(module.state_dict()), copy.deepcopy(opt.state_dict()["state"]))
+            )
+
+    lit = make()
+    trainer(max_steps=3, callbacks=[Snapshot()]).fit(lit, loader(MANY, NONE, MANY))
+    assert lit.losses[1] == 0.0
+    (params1, state1), (params2, state2), (params3, _) = snapshots
+    for k in params1:
+        assert torch.equal(params1[k], params2[k]), k
+    for i in state1:
+        for k in state1[i]:
+            assert torch.equal(state1[i][k], state2[i][k]), (i, k)
+    assert all(torch.isfinite(v).all() for v in params3.values())
+    assert not torch.equal(
+        params2["model.wte.weight"], params3["model.wte.weight"]
+    )  # learning goes on
+
+
+def test_token_counts_are_exact_and_survive_resume(tmp_path):
+    c_many, c_few = _token_counts(MANY), _token_counts(FEW)
+    assert [int(c) for c in c_many] == [32, 30, 3]  # input B*T, non-pad, (row, segment) pairs
+    assert [int(c) for c in c_few] == [32, 3, 1]  # the all-PAD row has no document
+
+    lit = make()
+    fit = trainer(max_steps=2, enable_checkpointing=True, default_root_dir=tmp_path)
+    fit.fit(lit, loader(MANY, FEW))
+    assert lit.tokens_seen == {"input": 64, "nonpad": 33, "supervised": 29, "documents": 4}
+    assert lit.supervised_tokens_seen == 29
+    path = tmp_path / "two.ckpt"
+    fit.save_checkpoint(path)
+
+    resumed = make(seed=1)
+    trainer(max_steps=3, default_root_dir=tmp_path).fit(resumed, loader(MANY, MANY), ckpt_path=path)
+    assert resumed.tokens_seen == {"input": 96, "nonpad": 63, "supervised": 56, "documents": 7}
+
+    loaded = LitCausalLM.load_from_checkpoint(path)
+    assert set(loaded.hparams) == {"model", "optim"}  # plain configs, no tensors
+    assert loaded.model_config == lit.model_config and loaded.tokens_seen == lit.tokens_seen
+    assert loaded.token_byte_lengths is None  # not persisted: set again from the tokenizer
+
+
+def test_validation_totals_bits_per_byte_over_the_whole_set():
+    byte_lengths = torch.randint(1, 5, (V,))
+    byte_lengths[PAD] = 0
+    lit = make(LitCausalLM)
+    lit.set_token_byte_lengths(byte_lengths)
+    metrics = trainer().validate(lit, loader(MANY, FEW), verbose=False)[0]
+
+    model = lit.model
+    with torch.no_grad():
+        nats = [sum_ce(model, b).item() for b in (MANY, FEW)]
+    n = [27, 2]
+    nbytes = sum(int(byte_lengths[b["labels"][b["labels"] != -100]].sum()) for b in (MANY, FEW))
+    loss = sum(nats) / sum(n)
+    assert metrics["val/loss"] == pytest.approx(loss, rel=1e-6)
+    assert metrics["val/ppl"] == pytest.approx(math.exp(loss), rel=1e-6)
+    assert metrics["val/bpb"] == pytest.approx(sum(nats) / math.log(2) / nbytes, rel=1e-6)
+    assert metrics["val/loss"] != pytest.approx((nats[0] / n[0] + nats[1] / n[1]) / 2, rel=1e-3)
+
+    with pytest.raises(ValueError, match="token_byte_lengths"):
+        lit.set_token_byte_lengths([1, 2, 3])
+
+
+def test_tiny_batch_overfits():
+    torch.manual_seed(0)
+    lit = LitCausalLM(
+        tiny_config(context_length=T), {"lr": 1e-2, "warmup_steps": 5, "weight_decay": 0.0}
+    )
+    trainer(max_steps=60, precision="32-true", gradient_clip_val=1.0).fit(lit, loader(*[MANY] * 60))
+    assert lit.last_loss < 0.1
+
+
+class Capture(Logger):
+    name, version = "capture", 0
+
+    def __init__(self):
+        super().__init__()
+        self.rows = []
+
+    def log_metrics(self, metrics, step=None):
+        self.rows.append((step, dict(metrics)))
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        self.hparams = params
+
+
+def test_logged_tags_and_cumulative_counts():
+    logger = Capture()
+    lit = make(LitCausalLM)
+    lit.set_token_byte_lengths(torch.ones(V, dtype=torch.int64))
+    run = trainer(
+        max_steps=4, logger=logger, log_every_n_steps=2, val_check_interval=4, limit_val_batches=1
+    )
+    run.fit(lit, loader(MANY, FEW, MANY, FEW), loader(FEW))
+    train = [(step, m) for step, m in logger.rows if "train/loss" in m]
+    assert [step for step, _ in train] == [1, 3]  # steps 2 and 4 (0-based step index)
+    tags = {
+        "train/loss", "lr", "grad_norm", "tokens/input", "tokens/nonpad", "tokens/supervised",
+        "tokens/documents", "throughput/input_tokens_per_s", "throughput/nonpad_tokens_per_s",
+        "throughput/supervised_tokens_per_s",
+    }  # fmt: skip
+    for _, m in train:
+        assert tags <= m.keys()
+        assert m["throughput/input_tokens_per_s"] >= m["throughput/nonpad_tokens_per_s"] > 0
+    assert train[0][1]["tokens/supervised"] == 29 and train[1][1]["tokens/supervised"] == 58
+    assert train[1][1]["tokens/input"] == 128 and train[1][1]["tokens/documents"] == 8
+    assert train[1][1]["train/loss"] == pytest.approx(lit.last_loss, rel=1e-6)
+    val = [m for _, m in logger.rows if "val/loss" in m]
+    assert len(val) == 1 and {"val/loss", "val/bpb", "val/ppl"} <= val[0].keys()
+    assert logger.hparams["model"]["vocab_size"] == V
+
+
+def test_initial_loss_is_about_ln_vocab():
+    lit = make(LitCausalLM)
+    with pytest.warns(UserWarning, match="no token_byte_lengths"):
+        metrics = trainer().validate(lit, loader(MANY), verbose=False)[0]
+    assert metrics["val/loss"] == pytest.approx(math.log(V), abs=0.15)
+    assert "val/bpb" not in metrics
+
+
+def test_schedule_and_weight_decay_groups():
+    f = partial(lr_factor, warmup=10, total=110, min_ratio=0.1)
+    assert f(0) == pytest.approx(0.1) and f(9) == 1.0 and f(10) == 1.0
+    assert f(60) == pytest.approx(0.55)  # half-way down the cosine
+    assert f(110) == pytest.approx(0.1) and f(1000) == pytest.approx(0.1)
+
+    lit = make(LitCausalLM, max_steps=100, weight_decay=0.1)
+    conf = lit.configure_optimizers()
+    decay, no_decay = conf["optimizer"].param_groups
+    assert all(p.dim() == 2 for p in decay["params"]) and decay["weight_decay"] == 0.1
+    assert all(p.dim() == 1 for p in no_decay["params"]) and no_decay["weight_decay"] == 0.0
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(lit.parameters()))
+    assert conf["lr_scheduler"]["interval"] == "step"
+
+
+class RankData(Probe):
+    """Rank r trains on its own pair of micro-batches; rank 0 saves the step's gradients."""
+
+    def __init__(self, *args, out=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.out = out
+
+    def train_dataloader(self):
+        shards = [(MANY, FEW), (FEW, NONE)]
+        return loader(*shards[self.global_rank])
+
+    def on_before_optimizer_step(self, optimizer):
+        super().on_before_optimizer_step(optimizer)
+        if self.global_rank == 0:
+            torch.save(
+                {"grads": self.step_grads, "loss": self.losses, "seen": self.tokens_seen}, self.out
+            )
+
+
+@pytest.mark.slow
+def test_two_ddp_ranks_equal_one_process(tmp_path):
+    out = tmp_path / "rank0.pt"
+    torch.manual_seed(0)
+    lit = RankData(tiny_config(context_length=T), {"warmup_steps": 0}, out=str(out))
+    ddp = trainer(
+        max_steps=1,
+        accumulate_grad_batches=2,
+        strategy="ddp_spawn",
+        devices=2,
+        use_distributed_sampler=False,
+    )
+    ddp.fit(lit)
+    got = torch.load(out)
+    expected, expected_loss = reference_grads(MANY, FEW, FEW, NONE)
+    assert_grads_equal(got["grads"], expected)
+    assert got["loss"] == [pytest.approx(expected_loss, rel=1e-12)]
+    assert got["seen"]["supervised"] == 27 + 2 + 2 and got["seen"]["input"] == 4 * 32
+
+
+def test_stream_batches_are_marked_on_the_cpu():
+    lit = make(LitCausalLM)
+    B_, T_ = MANY["input_ids"].shape
+    stream = dict(MANY, segment_ids=torch.zeros(B_, T_, dtype=torch.int32))
+    stream["position_ids"] = torch.arange(T_).expand(B_, T_)
+    marked = lit.on_before_batch_transfer(stream, 0)
+    assert marked["stream"] is True and lit.on_before_batch_transfer(MANY, 0)["stream"] is False
+    # the flag only picks the is_causal kernel: same loss as the all-zero mask
+    with torch.no_grad():
+        torch.testing.assert_close(lit._sum_ce(marked)[0], lit._sum_ce(stream)[0])

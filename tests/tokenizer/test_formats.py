@@ -1,0 +1,113 @@
+"""Files: GPT-2's format, packlm's saved directory (atomic, verified on load), and the
+Hugging Face tokenizer.json export."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from packlm.tokenizer import Tokenizer
+from packlm.tokenizer.formats import BYTE_CHARS, from_unicode, to_unicode
+
+EOT = "<|endoftext|>"
+
+
+def test_byte_to_unicode_map():
+    assert len(set(BYTE_CHARS)) == 256
+    assert all(BYTE_CHARS[b] == chr(b) for b in b"!az~\xa1\xae\xff")
+    assert BYTE_CHARS[ord(" ")] == "Ġ" and BYTE_CHARS[ord("\n")] == "Ċ"
+    every = bytes(range(256))
+    assert from_unicode(to_unicode(every)) == every
+    assert all(c.isprintable() and not c.isspace() for c in BYTE_CHARS)
+    assert from_unicode("a b") is None  # a plain space is not in the map
+
+
+def test_save_load_roundtrip(tmp_path, small_tokenizer, stdlib_docs):
+    small_tokenizer.save(tmp_path / "tok")
+    assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == [
+        "merges.txt",
+        "tokenizer_config.json",
+        "vocab.json",
+    ]  # no temporary files left
+    loaded = Tokenizer.load(tmp_path / "tok")
+    assert loaded.fingerprint() == small_tokenizer.fingerprint()
+    assert loaded.special_token_ids == small_tokenizer.special_token_ids
+    text = stdlib_docs[7][:10_000] + EOT + "€"
+    assert loaded.encode(text) == small_tokenizer.encode(text)
+    small_tokenizer.save(tmp_path / "tok")  # overwriting is fine
+    assert Tokenizer.load(tmp_path / "tok").fingerprint() == small_tokenizer.fingerprint()
+
+
+def _corrupt(directory, name, change):
+    path = directory / name
+    path.write_bytes(change(path.read_bytes()))
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "message"),
+    [
+        ("vocab.json", lambda b: b[: len(b) // 2], "vocab.json: not valid JSON"),
+        ("vocab.json", lambda b: b.replace(b'"a": ', b'"a b": ', 1), "vocab.json: bad entry"),
+        ("merges.txt", lambda b: b[: b.rindex(b"\n", 0, len(b) - 1) + 1], "fingerprint"),
+        ("merges.txt", lambda b: b[:-3], "merges.txt"),
+        ("merges.txt", lambda b: b + b"x y z\n", r"merges.txt:\d+: expected two"),
+        ("merges.txt", lambda b: b.replace(b"\n", b"\n\xff", 1), "merges.txt: not valid UTF-8"),
+        ("tokenizer_config.json", lambda b: b[:10], "tokenizer_config.json: not a packlm"),
+        (
+            "tokenizer_config.json",
+            lambda b: b.replace(b"packlm-bpe", b"other"),
+            "tokenizer_config.json: not a packlm",
+        ),
+    ],
+)
+def test_corrupt_or_truncated_save_fails_naming_the_file(
+    tmp_path, small_tokenizer, name, change, message
+):
+    small_tokenizer.save(tmp_path)
+    _corrupt(tmp_path, name, change)
+    with pytest.raises(ValueError, match=message):
+        Tokenizer.load(tmp_path)
+
+
+def test_missing_files(tmp_path, small_tokenizer):
+    with pytest.raises(FileNotFoundError, match="no saved tokenizer"):
+        Tokenizer.load(tmp_path / "absent")
+    small_tokenizer.save(tmp_path)
+    (tmp_path / "merges.txt").unlink()
+    with pytest.raises(FileNotFoundError, match="merges.txt"):
+        Tokenizer.load(tmp_path)
+
+
+def test_from_files_with_and_without_version_line(tmp_path, small_tokenizer):
+    small_tokenizer.save(tmp_path)
+    merges = (tmp_path / "merges.txt").read_text(encoding="utf-8")
+    assert merges.startswith("#version")
+    (tmp_path / "plain.txt").write_text(merges.split("\n", 1)[1], encoding="utf-8")
+    a = Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt", [EOT, "<|pad|>"])
+    b = Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "plain.txt", [EOT, "<|pad|>"])
+    assert a.fingerprint() == b.fingerprint() == small_tokenizer.fingerprint()
+
+
+def test_gpt2_files_layout(gpt2_tokenizer):
+    tok = gpt2_tokenizer
+    assert tok.vocab_size == 50257 and tok.special_token_ids == {EOT: 50256}
+    assert len(tok.merges) == 50000
+    assert tok.token_bytes(tok.encode(" the")[0]) == b" the"
+
+
+@pytest.mark.parametrize("which", ["small", "gpt2"])
+def test_hf_export_gives_same_ids(tmp_path, request, stdlib_docs, which):
+    tokenizers = pytest.importorskip("tokenizers")
+    if which == "small":
+        tok = request.getfixturevalue("small_tokenizer")
+    else:
+        tok = request.getfixturevalue("gpt2_tokenizer")
+    tok.save_hf(tmp_path / "tokenizer.json")
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    texts = [stdlib_docs[2][:20_000], f"a{EOT}b  \n\n  c", "naïve 数据 🙂 don't  x", " "]
+    for text in texts:
+        ids = tok.encode(text)
+        assert hf.encode(text, add_special_tokens=False).ids == ids
+        assert hf.decode(ids, skip_special_tokens=False) == text
+    assert json.loads((tmp_path / "tokenizer.json").read_text("utf-8"))["model"]["type"] == "BPE"
