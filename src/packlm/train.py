@@ -20,7 +20,13 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
-from packlm.callbacks import BatchImages, SupervisedTokenAxis, SupervisedTokenBudget, TextSamples
+from packlm.callbacks import (
+    BatchImages,
+    CheckpointExtras,
+    SupervisedTokenAxis,
+    SupervisedTokenBudget,
+    TextSamples,
+)
 from packlm.config import CONFIG_DIR, Validated, validate_config
 from packlm.data.datamodule import PackedDataModule
 from packlm.model.lit_module import LitCausalLM
@@ -58,7 +64,11 @@ def train(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, float
         mode="min",
         save_last=True,
     )
-    callbacks: list[L.Callback] = [checkpoints, SupervisedTokenAxis(config.trainer.log_every_n_steps)]
+    callbacks: list[L.Callback] = [
+        checkpoints,
+        CheckpointExtras(datamodule.tokenizer, asdict(config.data)),
+        SupervisedTokenAxis(config.trainer.log_every_n_steps),
+    ]
     if config.train.max_supervised_tokens:
         callbacks.append(SupervisedTokenBudget(config.train.max_supervised_tokens))
     if config.train.log_batch_images:

@@ -48,6 +48,12 @@ def tiny_overrides(corpus: Path, cache: Path) -> list[str]:
 
 
 @pytest.fixture
+def tiny_args(tiny_corpus, tmp_path_factory) -> list[str]:
+    """The tiny overrides as command-line arguments."""
+    return tiny_overrides(tiny_corpus, tmp_path_factory.getbasetemp() / "cache")
+
+
+@pytest.fixture
 def compose_tiny(tiny_corpus, tmp_path_factory):
     cache = tmp_path_factory.getbasetemp() / "cache"
 

@@ -87,3 +87,12 @@ def test_train_writes_every_tag_checkpoints_and_resumes(compose_tiny, tmp_path):
     assert min(s for s in steps_after if s > max(steps)) == max(steps) + 1
     supervised_after = [e.value for e in read_events(run).Scalars("tokens/supervised")]
     assert max(supervised_after) > max(supervised)
+
+
+def test_generate_samples_from_the_checkpoint_alone(compose_tiny, tmp_path):
+    from packlm.generate import generate
+
+    run = tmp_path / "run"
+    train(compose_tiny("trainer.max_steps=3"), run_dir=run)
+    texts = generate(run / "checkpoints" / "last.ckpt", prompt="the", max_new_tokens=8, num_samples=2)
+    assert len(texts) == 2 and all(t.startswith("the") for t in texts)

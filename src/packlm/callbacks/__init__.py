@@ -2,7 +2,11 @@
 
 from packlm.callbacks.batch_images import BatchImages
 from packlm.callbacks.budget import SupervisedTokenBudget
+from packlm.callbacks.checkpoint_extras import CheckpointExtras
 from packlm.callbacks.text_samples import TextSamples
 from packlm.callbacks.token_axis import SupervisedTokenAxis
 
-__all__ = ["BatchImages", "SupervisedTokenAxis", "SupervisedTokenBudget", "TextSamples"]
+__all__ = [
+    "BatchImages",
+    "CheckpointExtras",
+    "SupervisedTokenAxis", "SupervisedTokenBudget", "TextSamples"]

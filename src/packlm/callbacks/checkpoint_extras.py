@@ -1,0 +1,34 @@
+"""Put the tokenizer and the data config into every checkpoint.
+
+A checkpoint then stands alone: `python -m packlm.generate ckpt_path=...` decodes with
+the exact tokenizer the model was trained with, and a resume can tell which data it saw.
+Everything stored is plain data (ints, bytes, strings), loadable with weights_only=True.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+
+KEY = "packlm"
+
+
+class CheckpointExtras(L.Callback):
+    def __init__(self, tokenizer: Any, data_config: dict[str, Any]):
+        self.tokenizer = tokenizer
+        self.data_config = data_config
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        checkpoint[KEY] = {"tokenizer": self.tokenizer.__getstate__(), "data": self.data_config}
+
+
+def tokenizer_from_checkpoint(checkpoint: dict[str, Any]):
+    """The Tokenizer stored by CheckpointExtras; a clear error for checkpoints without one."""
+    from packlm.tokenizer import Tokenizer
+
+    extras = checkpoint.get(KEY)
+    if not extras or "tokenizer" not in extras:
+        raise ValueError("checkpoint has no packlm tokenizer (not written by packlm's train.py)")
+    state = dict(extras["tokenizer"])
+    return Tokenizer(**state)
