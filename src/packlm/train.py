@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,10 @@ from packlm.data.datamodule import PackedDataModule
 from packlm.model.lit_module import LitCausalLM
 
 log = logging.getLogger(__name__)
+
+# LitCausalLM tags stream batches in on_before_batch_transfer (on the CPU, no device sync);
+# the DataModule has no such hook, so Lightning's "it will use the LightningModule's" is moot.
+warnings.filterwarnings("ignore", message=".*overridden `on_before_batch_transfer`.*")
 
 
 def train(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:

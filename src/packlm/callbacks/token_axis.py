@@ -18,10 +18,14 @@ VAL_TAGS = ("val/loss", "val/bpb")
 class SupervisedTokenAxis(L.Callback):
     def __init__(self, every_n_steps: int = 10):
         self.every_n_steps = max(1, every_n_steps)
+        self._last_step = -1
 
     @rank_zero_only
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
-        if trainer.global_step % self.every_n_steps == 0:
+        # With gradient accumulation several micro-batches share a global_step: write once.
+        step = trainer.global_step
+        if step != self._last_step and step % self.every_n_steps == 0:
+            self._last_step = step
             self._write(trainer, pl_module, TRAIN_TAGS, "train_by_tokens")
 
     @rank_zero_only
