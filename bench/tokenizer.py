@@ -5,7 +5,7 @@ and tiktoken, on the embedded default corpus (the stdlib's .py files, ~12 MB).
     python bench/tokenizer.py --vocab-size 8192 --repeat 3
 
 Each training run is its own subprocess; the parent samples the whole process tree
-(the trainer and its worker processes) every few milliseconds and reports the peak of
+(the trainer and its worker processes) every 20 ms and reports the peak of
 the summed RSS and of the summed PSS. RSS counts a page shared by a forked worker and
 its parent in both; PSS splits it between them, so the PSS sum is the memory really
 used. Wall time is measured inside the child around the training call only (reading
@@ -154,7 +154,7 @@ def measure(args: list[str]) -> dict:
                 continue
             rss, pss = rss + info.rss, pss + info.pss
         peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
-        time.sleep(0.005)
+        time.sleep(0.02)
     out, _ = proc.communicate()
     if proc.returncode:
         raise SystemExit(f"child {args} failed with code {proc.returncode}")

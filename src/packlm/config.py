@@ -113,10 +113,14 @@ def validate_config(cfg: DictConfig) -> Validated:
     if trainer.precision not in PRECISIONS:
         raise ConfigError(f"trainer.precision={trainer.precision!r}: allowed {list(PRECISIONS)}")
     if trainer.accumulate_grad_batches < 1:
-        raise ConfigError(f"trainer.accumulate_grad_batches={trainer.accumulate_grad_batches}: must be >= 1")
+        raise ConfigError(
+            f"trainer.accumulate_grad_batches={trainer.accumulate_grad_batches}: must be >= 1"
+        )
     train = TrainConfig(**_plain(cfg.train, TrainConfig))
     if train.max_supervised_tokens is not None and train.max_supervised_tokens <= 0:
-        raise ConfigError(f"train.max_supervised_tokens={train.max_supervised_tokens}: must be positive")
+        raise ConfigError(
+            f"train.max_supervised_tokens={train.max_supervised_tokens}: must be positive"
+        )
     return Validated(
         data=data_config(cfg, model_context=model.context_length),
         tokenizer=tokenizer_config(cfg),

@@ -36,7 +36,11 @@ def generate(
     tokenizer = tokenizer_from_checkpoint(checkpoint)
     module = LitCausalLM.load_from_checkpoint(path, map_location=device, weights_only=True)
     module.eval()
-    eos = tokenizer.special_token_ids.get(tokenizer.special_tokens[0]) if tokenizer.special_tokens else None
+    eos = (
+        tokenizer.special_token_ids.get(tokenizer.special_tokens[0])
+        if tokenizer.special_tokens
+        else None
+    )
     prompt_ids = tokenizer.encode_ordinary(prompt) or ([eos] if eos is not None else [])
     if not prompt_ids:
         raise ValueError("prompt: empty, and the tokenizer has no EOS to start from")

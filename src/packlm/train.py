@@ -60,7 +60,9 @@ def train(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, float
     module = LitCausalLM(model=model_config, optim=optim)
     module.set_token_byte_lengths(datamodule.token_byte_lengths)  # for val/bpb
 
-    logger = TensorBoardLogger(save_dir=str(run_dir), name="tb", version="", default_hp_metric=False)
+    logger = TensorBoardLogger(
+        save_dir=str(run_dir), name="tb", version="", default_hp_metric=False
+    )
     checkpoints = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best-step{step}",
@@ -79,7 +81,11 @@ def train(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, float
     if config.train.log_batch_images:
         callbacks.append(BatchImages())
     if config.train.sample_prompt:
-        callbacks.append(TextSamples(datamodule.tokenizer, config.train.sample_prompt, config.train.sample_tokens))
+        callbacks.append(
+            TextSamples(
+                datamodule.tokenizer, config.train.sample_prompt, config.train.sample_tokens
+            )
+        )
 
     trainer_kwargs = asdict(config.trainer)
     if config.train.max_supervised_tokens:
@@ -95,7 +101,9 @@ def train(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, float
     _log_hparams(logger, config, datamodule)
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
 
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("val/", "train/"))}
+    metrics = {
+        k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("val/", "train/"))
+    }
     if config.train.validate_at_end and not config.trainer.fast_dev_run:
         (final,) = trainer.validate(module, datamodule=datamodule, verbose=False)
         metrics.update({k: float(v) for k, v in final.items()})
@@ -125,7 +133,9 @@ def _world_size(config: Validated) -> int:
     return n * config.trainer.num_nodes
 
 
-def _log_hparams(logger: TensorBoardLogger, config: Validated, datamodule: PackedDataModule) -> None:
+def _log_hparams(
+    logger: TensorBoardLogger, config: Validated, datamodule: PackedDataModule
+) -> None:
     """One HParams row per run: the data and model choices, with val/loss and val/bpb columns.
 
     The metric columns read the run's own `val/loss` and `val/bpb` scalars, so the row shows

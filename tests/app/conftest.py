@@ -10,7 +10,32 @@ from hydra import compose, initialize_config_dir
 
 from packlm.config import CONFIG_DIR
 
-WORDS = "the of and to a in that is was he for it with as his on be at by had not are but from".split()
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "a",
+    "in",
+    "that",
+    "is",
+    "was",
+    "he",
+    "for",
+    "it",
+    "with",
+    "as",
+    "his",
+    "on",
+    "be",
+    "at",
+    "by",
+    "had",
+    "not",
+    "are",
+    "but",
+    "from",
+]
 
 
 @pytest.fixture(scope="session")

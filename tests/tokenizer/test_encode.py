@@ -183,3 +183,34 @@ def test_encode_iterable_memory_is_bounded(small_vocab, stdlib_docs, engine):
     tracemalloc.stop()
     assert count > megabytes * 100_000
     assert peak < 6_000_000, f"peak {peak / 1e6:.1f} MB over {megabytes} MB of input"
+
+
+@pytest.mark.slow
+def test_full_default_corpus_at_32k():
+    """The benchmark's setting: both merge loops agree, and so do both engines."""
+    pytest.importorskip("tiktoken")
+    from packlm.data.default_corpus import iter_default_documents
+    from packlm.tokenizer import train_bpe_from_iterator
+    from packlm.tokenizer.train import _bpe
+
+    docs = [text for _, text in iter_default_documents()]
+    vocab, merges = train_bpe_from_iterator(docs, 32768, [EOT])
+    if _bpe is not None:
+        assert train_bpe_from_iterator(docs, 32768, [EOT], engine="python") == (vocab, merges)
+    fast = Tokenizer(vocab, merges, [EOT], engine="tiktoken")
+    pure = Tokenizer(vocab, merges, [EOT], engine="python")
+    text = EOT.join(docs)
+    ids = pure.encode(text)
+    assert fast.encode(text) == ids
+    assert pure.decode(ids) == text
+
+
+@pytest.mark.slow
+def test_hf_export_on_default_corpus(tmp_path, small_tokenizer):
+    tokenizers = pytest.importorskip("tokenizers")
+    from packlm.data.default_corpus import iter_default_documents
+
+    small_tokenizer.save_hf(tmp_path / "tokenizer.json")
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    docs = [text for _, text in iter_default_documents()][:200]
+    assert [e.ids for e in hf.encode_batch(docs)] == [small_tokenizer.encode(d) for d in docs]

@@ -9,4 +9,7 @@ from packlm.callbacks.token_axis import SupervisedTokenAxis
 __all__ = [
     "BatchImages",
     "CheckpointExtras",
-    "SupervisedTokenAxis", "SupervisedTokenBudget", "TextSamples"]
+    "SupervisedTokenAxis",
+    "SupervisedTokenBudget",
+    "TextSamples",
+]

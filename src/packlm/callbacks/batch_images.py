@@ -16,7 +16,15 @@ from lightning.pytorch.utilities import rank_zero_only
 from packlm.model.masks import allowed
 
 PALETTE = np.array(  # segment colours, cycled; PAD is black
-    [[230, 159, 0], [86, 180, 233], [0, 158, 115], [240, 228, 66], [0, 114, 178], [213, 94, 0], [204, 121, 167]],
+    [
+        [230, 159, 0],
+        [86, 180, 233],
+        [0, 158, 115],
+        [240, 228, 66],
+        [0, 114, 178],
+        [213, 94, 0],
+        [204, 121, 167],
+    ],
     dtype=np.uint8,
 )
 
@@ -50,7 +58,9 @@ class BatchImages(L.Callback):
         self.done = True
         writer = trainer.logger.experiment
         step = trainer.global_step
-        writer.add_image("data/attention_mask_row0", mask_image(batch["segment_ids"][0]), step, dataformats="HW")
+        writer.add_image(
+            "data/attention_mask_row0", mask_image(batch["segment_ids"][0]), step, dataformats="HW"
+        )
         writer.add_image(
             "data/segments_over_targets",
             layout_image(batch["segment_ids"], batch["labels"]),

@@ -12,7 +12,9 @@ import lightning as L
 class SupervisedTokenBudget(L.Callback):
     def __init__(self, max_supervised_tokens: int):
         if max_supervised_tokens <= 0:
-            raise ValueError(f"train.max_supervised_tokens={max_supervised_tokens}: must be positive")
+            raise ValueError(
+                f"train.max_supervised_tokens={max_supervised_tokens}: must be positive"
+            )
         self.max_supervised_tokens = int(max_supervised_tokens)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:

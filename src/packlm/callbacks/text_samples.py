@@ -10,7 +10,14 @@ from packlm.sampling import sample_tokens
 
 
 class TextSamples(L.Callback):
-    def __init__(self, tokenizer, prompt: str, max_new_tokens: int = 64, temperature: float = 0.8, top_k: int = 50):
+    def __init__(
+        self,
+        tokenizer,
+        prompt: str,
+        max_new_tokens: int = 64,
+        temperature: float = 0.8,
+        top_k: int = 50,
+    ):
         self.tokenizer = tokenizer
         self.prompt = prompt
         self.max_new_tokens = max_new_tokens
@@ -19,7 +26,11 @@ class TextSamples(L.Callback):
 
     @rank_zero_only
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.sanity_checking or not self.prompt or not isinstance(trainer.logger, TensorBoardLogger):
+        if (
+            trainer.sanity_checking
+            or not self.prompt
+            or not isinstance(trainer.logger, TensorBoardLogger)
+        ):
             return
         eos = self.tokenizer.special_token_ids.get("<|endoftext|>")
         was_training = pl_module.training
@@ -38,4 +49,6 @@ class TextSamples(L.Callback):
         pl_module.train(was_training)
         text = self.prompt + self.tokenizer.decode(new)
         # Markdown: a code block keeps whitespace (the default corpus is Python source).
-        trainer.logger.experiment.add_text("samples/generated", "```\n" + text + "\n```", trainer.global_step)
+        trainer.logger.experiment.add_text(
+            "samples/generated", "```\n" + text + "\n```", trainer.global_step
+        )

@@ -7,6 +7,7 @@ benchmark and `data.sources: [default]` use exactly this collector.
 
 from __future__ import annotations
 
+import os
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,11 +23,10 @@ def stdlib_root() -> Path:
 def default_corpus_files(root: Path | None = None) -> list[Path]:
     """Every `.py` file under the stdlib, sorted by relative POSIX path, test suites excluded."""
     root = stdlib_root() if root is None else Path(root)
-    files = [
-        p
-        for p in root.rglob("*.py")
-        if p.is_file() and not EXCLUDED_DIRS.intersection(p.relative_to(root).parts[:-1])
-    ]
+    files = []
+    for folder, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in EXCLUDED_DIRS]  # prune, don't walk them
+        files.extend(Path(folder, f) for f in filenames if f.endswith(".py"))
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 

@@ -16,6 +16,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
+from multiprocessing.connection import wait
 from pathlib import Path
 
 import regex
@@ -23,7 +24,7 @@ import regex
 from packlm.tokenizer.pretokenize import count_pretokens, special_regex, stream_cut
 
 BATCH_CHARS = 1 << 18  # text per task: small enough that a worker's findall list stays small
-READ_BYTES = 1 << 20
+READ_BYTES = 1 << 18  # a file is read (and cut into tasks) in blocks of this size
 
 
 def default_workers() -> int:
@@ -112,16 +113,24 @@ def _context():
     return multiprocessing.get_context("fork" if use_fork else "spawn")
 
 
-def _check_alive(procs, results) -> None:
+def _gone(p) -> bool:
+    """The worker has exited; its sentinel says so even if another handler reaped it
+    (then `exitcode` stays None forever and waiting on it would spin)."""
+    return p.exitcode is not None or bool(wait([p.sentinel], timeout=0))
+
+
+def _check_alive(procs, results, finished_ok: bool) -> None:
+    """Raise if a worker ended early (with its own error when it sent one)."""
     for p in procs:
-        if p.exitcode not in (None, 0):
-            try:
-                error = results.get_nowait()
-            except queue.Empty:
-                error = None
-            if isinstance(error, BaseException):
-                raise error
-            raise RuntimeError(f"pre-tokenizer worker exited with code {p.exitcode}")
+        if not _gone(p) or (finished_ok and p.exitcode in (0, None)):
+            continue
+        try:
+            error = results.get(timeout=1.0)
+        except queue.Empty:
+            error = None
+        if isinstance(error, BaseException):
+            raise error
+        raise RuntimeError(f"pre-tokenizer worker ended early (exit code {p.exitcode})")
 
 
 def _put(tasks, item, procs, results) -> None:
@@ -129,7 +138,7 @@ def _put(tasks, item, procs, results) -> None:
         try:
             return tasks.put(item, timeout=0.5)
         except queue.Full:
-            _check_alive(procs, results)
+            _check_alive(procs, results, finished_ok=False)  # no worker may end while fed
 
 
 def _get(results, procs) -> Counter[str]:
@@ -137,7 +146,7 @@ def _get(results, procs) -> Counter[str]:
         try:
             item = results.get(timeout=0.5)
         except queue.Empty:
-            _check_alive(procs, results)
+            _check_alive(procs, results, finished_ok=True)
             continue
         if isinstance(item, BaseException):
             raise item
@@ -151,10 +160,11 @@ def count_parallel(
     num_workers: int,
     progress: Callable[[int], object] | None = None,
 ) -> Counter[str]:
-    """Pre-token counts of `texts`; processes start only if there is more than one batch."""
+    """Pre-token counts of `texts`; processes start only if there is more than one batch
+    (and not inside a daemon process, which may not have children)."""
     batches = _batches(texts, BATCH_CHARS)
     head = [b for b in (next(batches, None), next(batches, None)) if b is not None]
-    if num_workers <= 1 or len(head) < 2:
+    if num_workers <= 1 or len(head) < 2 or multiprocessing.current_process().daemon:
         compiled, specials = regex.compile(pattern), special_regex(special_tokens)
         counts: Counter[str] = Counter()
         for batch in chain(head, batches):

@@ -46,14 +46,9 @@ class Tokenizer:
         self.vocab = _check_vocab(vocab)
         self.merges = [(bytes(a), bytes(b)) for a, b in merges]
 
-        # special tokens: the lowest id holding their bytes, else a new id at the end
-        self.special_token_ids: dict[str, int] = {}
-        for s in self.special_tokens:
-            found = [i for i, t in self.vocab.items() if t == s.encode("utf-8")]
-            self.special_token_ids[s] = min(found) if found else len(self.vocab)
-            self.vocab.setdefault(self.special_token_ids[s], s.encode("utf-8"))
+        self.special_token_ids = self._place_special_tokens()
+        ids_of: dict[bytes, int] = {}  # ordinary bytes -> id (the lowest, should two share them)
         specials = set(self.special_token_ids.values())
-        ids_of: dict[bytes, int] = {}
         for i in sorted(self.vocab):
             if i not in specials:
                 ids_of.setdefault(self.vocab[i], i)
@@ -61,7 +56,7 @@ class Tokenizer:
         if missing:
             raise ValueError(f"vocab: no id for the byte(s) {missing[:8]} (all 256 are needed)")
         self._byte_ids = [ids_of[bytes([b])] for b in range(256)]
-        self._merge_ids = []
+        self._merge_ids = []  # (left id, right id, merged id) in merge order
         for k, (a, b) in enumerate(self.merges):
             if a not in ids_of or b not in ids_of or a + b not in ids_of:
                 raise ValueError(f"merges[{k}] = {(a, b)}: a token or their merge is not in vocab")
@@ -70,8 +65,18 @@ class Tokenizer:
         self._table = [self.vocab[i] for i in range(len(self.vocab))]
         self._specials_re = special_regex(self.special_tokens)
         self._longest_special = max(map(len, self.special_tokens), default=0)
-        self._encoder = None
-        self.engine = None  # "python" or "tiktoken", decided at the first encode
+        self._encoder = None  # built at the first encode
+        self._engine = ""
+
+    def _place_special_tokens(self) -> dict[str, int]:
+        """Each special token gets the lowest id holding its bytes, else a new id at the end."""
+        ids = {}
+        for s in self.special_tokens:
+            token = s.encode("utf-8")
+            found = [i for i, t in self.vocab.items() if t == token]
+            ids[s] = min(found) if found else len(self.vocab)
+            self.vocab.setdefault(ids[s], token)
+        return ids
 
     # ---- encoding -------------------------------------------------------------------
 
@@ -98,7 +103,14 @@ class Tokenizer:
                     "pattern, or would not give the same ids for this vocab"
                 )
         self._encoder = fast or reference.encode
-        self.engine = "tiktoken" if fast else "python"
+        self._engine = "tiktoken" if fast else "python"
+
+    @property
+    def engine(self) -> str:
+        """The engine in use: "tiktoken" or "python"."""
+        if self._encoder is None:
+            self._build_encoder()
+        return self._engine
 
     def encode(self, text: str) -> list[int]:
         """Ids of `text`; special-token strings in it become their special ids."""

@@ -23,7 +23,9 @@ MODEL_TAGS = [
 
 
 def read_events(run_dir: Path) -> EventAccumulator:
-    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0, "images": 0, "tensors": 0})
+    acc = EventAccumulator(
+        str(run_dir / "tb"), size_guidance={"scalars": 0, "images": 0, "tensors": 0}
+    )
     acc.Reload()
     return acc
 
@@ -94,5 +96,7 @@ def test_generate_samples_from_the_checkpoint_alone(compose_tiny, tmp_path):
 
     run = tmp_path / "run"
     train(compose_tiny("trainer.max_steps=3"), run_dir=run)
-    texts = generate(run / "checkpoints" / "last.ckpt", prompt="the", max_new_tokens=8, num_samples=2)
+    texts = generate(
+        run / "checkpoints" / "last.ckpt", prompt="the", max_new_tokens=8, num_samples=2
+    )
     assert len(texts) == 2 and all(t.startswith("the") for t in texts)
