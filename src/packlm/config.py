@@ -41,9 +41,9 @@ class TrainerConfig:
     strategy: str = "auto"
     num_nodes: int = 1
     precision: str = "32-true"
-    max_steps: int = 1000
+    max_steps: int = 600
     max_epochs: int = -1
-    val_check_interval: Any = 250
+    val_check_interval: Any = 200
     check_val_every_n_epoch: int | None = None
     limit_val_batches: Any = 1.0
     accumulate_grad_batches: int = 1
@@ -69,6 +69,9 @@ class TrainConfig:
     """New tokens per generated text sample."""
     validate_at_end: bool = True
     """Run a last validation on the final weights and print val/loss and val/bpb."""
+    checkpoint_every_n_steps: int | None = 100
+    """Write checkpoints/last.ckpt every this many optimizer steps (and at the end, and on
+    SIGTERM/Ctrl-C); a SIGKILL loses at most this many steps. null: only at the end/stop."""
 
 
 @dataclass
@@ -120,6 +123,11 @@ def validate_config(cfg: DictConfig) -> Validated:
     if train.max_supervised_tokens is not None and train.max_supervised_tokens <= 0:
         raise ConfigError(
             f"train.max_supervised_tokens={train.max_supervised_tokens}: must be positive"
+        )
+    every = train.checkpoint_every_n_steps
+    if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
+        raise ConfigError(
+            f"train.checkpoint_every_n_steps={every!r}: must be a positive integer or null"
         )
     return Validated(
         data=data_config(cfg, model_context=model.context_length),

@@ -26,7 +26,7 @@ class DataConfig:
     file, or a mapping {path: ..., weight: ...} to mix sources by weight."""
     val_sources: list[Any] | None = None
     """Explicit validation sources; when unset, `val_fraction` of documents by content hash."""
-    val_fraction: float = 0.02
+    val_fraction: float = 0.05
     """Fraction of documents sent to validation by a stable hash of their content."""
     text_field: str = "text"
     """The field holding the text in .jsonl records."""

@@ -1,0 +1,220 @@
+"""Crash-safe checkpoints: an atomic writer, `last.ckpt` every N steps, a clean stop on a signal.
+
+- `AtomicCheckpointIO` writes a checkpoint into a hidden temporary file next to its target,
+  fsyncs it and renames it into place, so a kill or a full disk at any moment leaves either
+  the previous file or the new one, never half of one. (Lightning's own writer stages the
+  file in the system temp dir and *moves* it, which is a copy, not a rename, whenever /tmp is
+  another filesystem.)
+- `LastCheckpoint` writes `<dir>/last.ckpt` after every `every_n_steps` optimizer steps and
+  at the end of training: a SIGKILL loses at most that many steps.
+- `GracefulStop` turns SIGTERM and the first Ctrl-C (SIGINT) into: finish the optimizer step
+  in flight, write `last.ckpt`, raise `TrainingStopped`. All ranks agree on the step to stop
+  at. A second Ctrl-C interrupts at once (Lightning's KeyboardInterrupt path, no checkpoint).
+
+Checkpoints are written in `on_train_batch_end` after an optimizer step, the point where the
+stateful train DataLoader's position and the loops' counters agree, so resuming from one
+gives exactly the batches an uninterrupted run would have seen.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.plugins import TorchCheckpointIO
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.fabric.utilities.types import _PATH
+from lightning.pytorch.utilities import rank_zero_info
+
+log = logging.getLogger(__name__)
+
+LAST = "last.ckpt"
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """torch.save into `.<name>.tmp-<pid>` beside the target, fsync, then os.replace."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None or not _is_local(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(path)
+        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            hint = " (disk full: free space or point hydra.run.dir elsewhere)" if e.errno == errno.ENOSPC else ""
+            raise OSError(
+                e.errno,
+                f"cannot write checkpoint {path}: {e.strerror or e}{hint}; "
+                f"the previous {path.name} (if any) is unchanged",
+            ) from e
+        _fsync_dir(path.parent)
+
+
+def _is_local(path: _PATH) -> bool:
+    return type(get_filesystem(path)).__name__ == "LocalFileSystem"
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Delete `.<name>.tmp-<pid>` files of processes that no longer exist (killed mid-write)."""
+    for leftover in path.parent.glob(f".{path.name}.tmp-*"):
+        pid = leftover.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            leftover.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class LastCheckpoint(L.Callback):
+    """`<dirpath>/last.ckpt` every `every_n_steps` optimizer steps (None: only at the end)."""
+
+    def __init__(self, dirpath: str | os.PathLike, every_n_steps: int | None = None):
+        if every_n_steps is not None and every_n_steps < 1:
+            raise ValueError(f"train.checkpoint_every_n_steps={every_n_steps}: must be >= 1 or null")
+        self.dirpath = Path(dirpath)
+        self.every_n_steps = every_n_steps
+        self._step_seen: int | None = None  # global_step at the last on_train_batch_end
+        self._step_saved: int | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.dirpath / LAST
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._step_seen = trainer.global_step  # a resumed run does not re-save its own state
+
+    def stepped(self, trainer: L.Trainer) -> bool:
+        """Did the batch that just ended complete an optimizer step (not mid-accumulation)?"""
+        return trainer.global_step != self._step_seen
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, *args: Any) -> None:
+        if not self.stepped(trainer):
+            return
+        self._step_seen = trainer.global_step
+        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+            self.save(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.fast_dev_run:
+            self.save(trainer)
+
+    def save(self, trainer: L.Trainer) -> None:
+        """Write last.ckpt (all ranks must call it: Lightning synchronizes inside)."""
+        if self._step_saved == trainer.global_step and self.path.exists():
+            return
+        trainer.save_checkpoint(self.path)
+        self._step_saved = trainer.global_step
+
+
+class TrainingStopped(Exception):
+    """Training stopped cleanly on a signal after writing a checkpoint."""
+
+    def __init__(self, signum: int, step: int, checkpoint: Path):
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        name = signal.Signals(signum).name
+        super().__init__(
+            f"stopped by {name} after step {step}; checkpoint {checkpoint} "
+            f"(resume with ckpt_path={checkpoint})"
+        )
+
+    @property
+    def exit_code(self) -> int:
+        """128 + signal number, as a shell reports a process ended by that signal."""
+        return 128 + self.signum
+
+
+class GracefulStop(L.Callback):
+    """SIGTERM / first SIGINT: finish the step, write last.ckpt, raise TrainingStopped."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, last: LastCheckpoint):
+        self.last = last
+        self.received: int | None = None
+        self._step_seen: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    # Registered in on_train_start, after Lightning installed its own SIGTERM handler (which
+    # stops at the end of the batch without a checkpoint); Lightning's teardown restores the
+    # handlers that were there before fit.
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._trainer = trainer
+        self._step_seen = trainer.global_step
+        for signum in self.SIGNALS:
+            self._previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and self.received is not None:
+            raise KeyboardInterrupt  # second Ctrl-C: stop now
+        first = self.received is None
+        self.received = signum
+        log.warning(
+            "received %s: stopping after the current optimizer step (Ctrl-C again to abort now)",
+            signal.Signals(signum).name,
+        )
+        launcher = getattr(self._trainer.strategy, "launcher", None)
+        if first and signum == signal.SIGTERM and hasattr(launcher, "kill"):
+            launcher.kill(signum)  # DDP children started by this process stop too
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, *args: Any) -> None:
+        if trainer.global_step == self._step_seen:
+            return  # inside an accumulation cycle: no consistent state to save
+        self._step_seen = trainer.global_step
+        stop = self.received is not None
+        if trainer.world_size > 1:  # every rank stops at the same step, or collectives hang
+            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
+        if not stop:
+            return
+        signum = self.received or signal.SIGTERM  # another rank got the signal
+        self.last.save(trainer)
+        rank_zero_info(
+            f"{signal.Signals(signum).name}: saved {self.last.path} at step {trainer.global_step}"
+        )
+        raise TrainingStopped(signum, trainer.global_step, self.last.path)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        for signum, handler in self._previous.items():
+            if signal.getsignal(signum) == self._handle and handler is not None:
+                signal.signal(signum, handler)
+        self._previous = {}
+
