@@ -6,30 +6,45 @@ directly; `main` is only the Hydra entry point (the Lightning+Hydra template's s
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
+import os
+import tempfile
 import warnings
-from dataclasses import asdict, replace
+from collections.abc import Sequence
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
 import hydra
 import lightning as L
+import torch
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from packlm.callbacks import (
+    AtomicCheckpointIO,
+    BatchFingerprints,
     BatchImages,
     CheckpointExtras,
+    GracefulStop,
+    LastCheckpoint,
     SupervisedTokenAxis,
     SupervisedTokenBudget,
     TextSamples,
+    TrainingStopped,
 )
+from packlm.callbacks.checkpoint_extras import KEY as EXTRAS_KEY
 from packlm.config import CONFIG_DIR, Validated, validate_config
+from packlm.data.config import ConfigError
 from packlm.data.datamodule import PackedDataModule
+from packlm.data.dataset import PLAN_KEYS, check_fingerprint
+from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
 
 log = logging.getLogger(__name__)
@@ -39,12 +54,26 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message=".*overridden `on_before_batch_transfer`.*")
 
 
-def train(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, float]:
-    """Train one run in `run_dir` (default: Hydra's output dir) and return its final metrics."""
+def train(
+    cfg: DictConfig,
+    run_dir: str | Path | None = None,
+    callbacks: Sequence[L.Callback] = (),
+) -> dict[str, float]:
+    """Train one run in `run_dir` (default: Hydra's output dir) and return its final metrics.
+
+    `callbacks` are added to the run's own (tests, notebooks). SIGTERM or Ctrl-C stop the
+    run after the current optimizer step with `checkpoints/last.ckpt` written, and raise
+    `TrainingStopped` (`main` turns it into exit code 128 + the signal number).
+    """
     config = validate_config(cfg)  # every key checked before any work starts
-    run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    checkpoint = None
     if cfg.ckpt_path:  # resume: keep writing into the run the checkpoint belongs to
         run_dir = _run_dir_of(Path(cfg.ckpt_path))
+        checkpoint = _read_checkpoint(Path(cfg.ckpt_path))
+        _check_resume(cfg.ckpt_path, checkpoint, config)
+    run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    _check_writable(run_dir, "the run directory (hydra.run.dir)")
+    _check_writable(Path(cfg.cache_dir), "cache_dir")
     L.seed_everything(cfg.seed, workers=True)
 
     datamodule = PackedDataModule(
@@ -55,7 +84,11 @@ def train(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, float
     )
     datamodule.prepare_data()
     datamodule.setup("fit")
+    _log_data_counts(datamodule)
     model_config = replace(config.model, vocab_size=datamodule.vocab_size)
+    if checkpoint is not None:
+        _check_model_shape(cfg.ckpt_path, checkpoint, model_config)
+        del checkpoint
     optim = _schedule_horizon(config, datamodule)
     module = LitCausalLM(model=model_config, optim=optim)
     module.set_token_byte_lengths(datamodule.token_byte_lengths)  # for val/bpb
@@ -69,15 +102,26 @@ def train(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, float
         auto_insert_metric_name=False,
         monitor="val/loss",
         mode="min",
-        save_last=True,
+        save_last=False,  # LastCheckpoint writes last.ckpt (every N steps, at the end, on stop)
     )
-    callbacks: list[L.Callback] = [
+    last = LastCheckpoint(run_dir / "checkpoints", config.train.checkpoint_every_n_steps)
+    budget = (
+        [SupervisedTokenBudget(config.train.max_supervised_tokens)]
+        if config.train.max_supervised_tokens
+        else []
+    )
+    callbacks = [
         checkpoints,
+        *budget,  # before LastCheckpoint, which saves on the step the budget stops at
+        last,
+        GracefulStop(last),  # after LastCheckpoint: one write when both want the same step
         CheckpointExtras(datamodule.tokenizer, asdict(config.data)),
         SupervisedTokenAxis(config.trainer.log_every_n_steps),
+        *callbacks,
     ]
-    if config.train.max_supervised_tokens:
-        callbacks.append(SupervisedTokenBudget(config.train.max_supervised_tokens))
+    fingerprints = BatchFingerprints.from_env()
+    if fingerprints is not None:
+        callbacks.append(fingerprints)
     if config.train.log_batch_images:
         callbacks.append(BatchImages())
     if config.train.sample_prompt:
@@ -94,12 +138,18 @@ def train(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, float
         **trainer_kwargs,
         logger=logger,
         callbacks=callbacks,
+        plugins=[AtomicCheckpointIO()],
         use_distributed_sampler=False,  # the DataModule shards the epoch plan itself
         reload_dataloaders_every_n_epochs=1,  # each epoch has its own plan (and length)
         default_root_dir=str(run_dir),
     )
     _log_hparams(logger, config, datamodule)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    except TrainingStopped as stopped:
+        if trainer.is_global_zero:
+            log.warning("%s", stopped)
+        raise
 
     metrics = {
         k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("val/", "train/"))
@@ -109,7 +159,7 @@ def train(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, float
         metrics.update({k: float(v) for k, v in final.items()})
     metrics["tokens/supervised"] = float(module.supervised_tokens_seen)
     if trainer.is_global_zero:
-        _report(metrics, checkpoints, run_dir)
+        _report(metrics, last.path, run_dir)
     return metrics
 
 
@@ -133,6 +183,7 @@ def _world_size(config: Validated) -> int:
     return n * config.trainer.num_nodes
 
 
+@rank_zero_only
 def _log_hparams(
     logger: TensorBoardLogger, config: Validated, datamodule: PackedDataModule
 ) -> None:
@@ -169,8 +220,78 @@ def _run_dir_of(ckpt_path: Path) -> Path:
     return parent.parent if parent.name == "checkpoints" else parent
 
 
-def _report(metrics: dict[str, float], checkpoints: ModelCheckpoint, run_dir: Path) -> None:
-    last = Path(checkpoints.dirpath) / "last.ckpt"
+def _read_checkpoint(path: Path) -> dict[str, Any]:
+    """The checkpoint's plain parts (memory-mapped tensors), or a ConfigError naming the file."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # truncated, not a checkpoint, unreadable
+        raise ConfigError(
+            f"ckpt_path={path}: cannot read the checkpoint ({type(e).__name__}: {e})"
+        ) from e
+
+
+def _check_resume(path: Any, checkpoint: dict[str, Any], config: Validated) -> None:
+    """Refuse, before any work, a checkpoint whose data plan or model differs from the config."""
+    if "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:
+        raise ConfigError(f"ckpt_path={path}: not a packlm training checkpoint (no state_dict)")
+    data = (checkpoint.get(EXTRAS_KEY) or {}).get("data")
+    if data is not None:
+        try:
+            check_fingerprint(
+                {f"data.{k}": data.get(k) for k in PLAN_KEYS},
+                {f"data.{k}": getattr(config.data, k) for k in PLAN_KEYS},
+            )
+        except ConfigError as e:
+            raise ConfigError(f"ckpt_path={path}: {e}") from None
+    _check_model_shape(path, checkpoint, config.model, skip=("vocab_size",))
+
+
+def _check_model_shape(
+    path: Any, checkpoint: dict[str, Any], model: ModelConfig, skip: tuple[str, ...] = ()
+) -> None:
+    saved = (checkpoint.get("hyper_parameters") or {}).get("model") or {}
+    changed = [
+        f"model.{f.name}: {saved[f.name]!r} in the checkpoint, {getattr(model, f.name)!r} now"
+        for f in fields(ModelConfig)
+        if f.name in saved and f.name not in skip and saved[f.name] != getattr(model, f.name)
+    ]
+    if changed:
+        raise ConfigError(
+            f"ckpt_path={path}: the model differs from the checkpoint's ("
+            + "; ".join(changed)
+            + "). Resume with the same model settings (vocab_size comes from the tokenizer)."
+        )
+
+
+def _check_writable(directory: Path, what: str) -> None:
+    """Create `directory` and a probe file in it; a clear error if either fails."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".packlm-write-test-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        hint = "disk full" if e.errno == errno.ENOSPC else e.strerror or str(e)
+        raise OSError(e.errno, f"{what} {directory} is not writable ({hint})") from e
+
+
+@rank_zero_only
+def _log_data_counts(datamodule: PackedDataModule) -> None:
+    """What reading the sources dropped or changed (counted at build time, in the manifests)."""
+    for split, manifest in datamodule.prepared.manifests.items():
+        counts = manifest.get("counts", {})
+        dropped = counts.get("dropped", {})
+        log.info(
+            "data %s: %d documents, %d tokens; dropped %s; replaced invalid UTF-8 in %d",
+            split,
+            counts.get("documents", 0),
+            counts.get("tokens", 0),
+            ", ".join(f"{v} {k}" for k, v in dropped.items()) or "none",
+            counts.get("replaced_invalid_utf8", 0),
+        )
+
+
+def _report(metrics: dict[str, float], last: Path, run_dir: Path) -> None:
     lines = [
         f"val/loss {metrics.get('val/loss', float('nan')):.4f}   val/bpb {metrics.get('val/bpb', float('nan')):.4f}",
         f"checkpoint: {last}",
@@ -182,7 +303,12 @@ def _report(metrics: dict[str, float], checkpoints: ModelCheckpoint, run_dir: Pa
 @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> float:
     """Hydra entry point; returns val/loss so sweepers can optimize it."""
-    metrics = train(cfg)
+    try:
+        metrics = train(cfg)
+    except TrainingStopped as stopped:
+        # rank 0 reports the signal; other DDP ranks end cleanly (a non-zero exit of a child
+        # makes Lightning's process observer SIGKILL every rank)
+        raise SystemExit(stopped.exit_code if rank_zero_only.rank == 0 else 0) from None
     return metrics.get("val/loss", float("nan"))
 
 

@@ -93,8 +93,8 @@ def test_store_decodes_back_to_exactly_the_source_documents(tmp_path):
     assert counts["tokens"] == store.n_tokens == len(store.tokens)
     assert counts["bytes"] == sum(len(t.encode()) for t in train)
     assert store.manifest["sources"] == [
-        {"name": str(tmp_path / "src" / "*.txt"), "weight": 1.0},
-        {"name": str(tmp_path / "src" / "c.jsonl"), "weight": 1.0},
+        {"name": str(tmp_path / "src" / "*.txt")},
+        {"name": str(tmp_path / "src" / "c.jsonl")},
     ]
     ids = [store.doc_id(d) for d in range(store.n_docs)]
     assert ids[0] == f"0:{tmp_path}/src/a.txt:0" and len(set(ids)) == len(ids)
@@ -130,7 +130,7 @@ def test_explicit_val_sources_drop_exact_duplicates_of_training(tmp_path):
     assert sorted(decoded(prepared, "train")) == sorted(texts)  # no hash split with val_sources
     manifest = prepared.val_manifest
     assert manifest["counts"]["dropped"]["duplicate_of_train"] == 2
-    assert manifest["sources"] == [{"name": str(tmp_path / "val.txt"), "weight": 3}]
+    assert manifest["sources"] == [{"name": str(tmp_path / "val.txt")}]
     assert prepared.open("val").doc_id(0) == f"0:{tmp_path}/val.txt:1"
 
 

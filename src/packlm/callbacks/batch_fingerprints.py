@@ -25,7 +25,9 @@ ENV = "PACKLM_BATCH_FINGERPRINTS"
 
 def batch_hashes(input_ids: Any) -> tuple[str, list[str]]:
     """(hash of the whole [B, T] batch, hash of each row) of int64 token ids."""
-    ids = np.ascontiguousarray(np.asarray(input_ids.cpu() if hasattr(input_ids, "cpu") else input_ids, dtype=np.int64))
+    ids = np.ascontiguousarray(
+        np.asarray(input_ids.cpu() if hasattr(input_ids, "cpu") else input_ids, dtype=np.int64)
+    )
     whole = hashlib.sha1(ids.tobytes()).hexdigest()[:16]
     rows = [hashlib.sha1(row.tobytes()).hexdigest()[:12] for row in ids]
     return whole, rows

@@ -58,7 +58,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             os.replace(tmp, path)
         except OSError as e:
             tmp.unlink(missing_ok=True)
-            hint = " (disk full: free space or point hydra.run.dir elsewhere)" if e.errno == errno.ENOSPC else ""
+            hint = (
+                " (disk full: free space or point hydra.run.dir elsewhere)"
+                if e.errno == errno.ENOSPC
+                else ""
+            )
             raise OSError(
                 e.errno,
                 f"cannot write checkpoint {path}: {e.strerror or e}{hint}; "
@@ -107,7 +111,9 @@ class LastCheckpoint(L.Callback):
 
     def __init__(self, dirpath: str | os.PathLike, every_n_steps: int | None = None):
         if every_n_steps is not None and every_n_steps < 1:
-            raise ValueError(f"train.checkpoint_every_n_steps={every_n_steps}: must be >= 1 or null")
+            raise ValueError(
+                f"train.checkpoint_every_n_steps={every_n_steps}: must be >= 1 or null"
+            )
         self.dirpath = Path(dirpath)
         self.every_n_steps = every_n_steps
         self._step_seen: int | None = None  # global_step at the last on_train_batch_end
@@ -128,11 +134,15 @@ class LastCheckpoint(L.Callback):
         if not self.stepped(trainer):
             return
         self._step_seen = trainer.global_step
-        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+        periodic = bool(self.every_n_steps) and trainer.global_step % self.every_n_steps == 0
+        final = trainer.should_stop or 0 < trainer.max_steps <= trainer.global_step
+        if periodic or final:
             self.save(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.fast_dev_run:
+        # Normally saved by the last on_train_batch_end already (the state a mid-epoch
+        # resume expects); this covers the end of the last epoch under max_epochs.
+        if not trainer.fast_dev_run and self._step_saved != trainer.global_step:
             self.save(trainer)
 
     def save(self, trainer: L.Trainer) -> None:
@@ -217,4 +227,3 @@ class GracefulStop(L.Callback):
             if signal.getsignal(signum) == self._handle and handler is not None:
                 signal.signal(signum, handler)
         self._previous = {}
-

@@ -199,7 +199,7 @@ def _manifest(corpus: Corpus, header: StoreHeader, split: str, st: _SplitState) 
         "fingerprint": header.fingerprint,
         "eos_id": header.eos_id,
         "pad_id": header.pad_id,
-        "sources": [{"name": s.name, "weight": s.weight} for s in sources],
+        "sources": [{"name": s.name} for s in sources],
         "counts": {
             "bytes": st.nbytes,
             "dropped": dropped,

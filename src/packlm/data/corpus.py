@@ -80,11 +80,12 @@ class Corpus:
 
     def fingerprint(self, training_only: bool = False) -> dict[str, Any]:
         """What the documents depend on; `training_only`: only what the training split depends on
-        (no weights, no val_sources), the key of the tokenizer cache."""
+        (no val_sources), the key of the tokenizer cache. Mixing weights are applied by the
+        epoch plan, never by the store, so changing one rebuilds nothing."""
         fp: dict[str, Any] = {
             "builder": BUILD_VERSION,
             "split_hash": HASH,
-            "data.sources": [_source_fp(s, weight=not training_only) for s in self.sources],
+            "data.sources": [_source_fp(s) for s in self.sources],
             "data.text_field": self.options.text_field,
             "data.separator": self.options.separator,
             "data.encoding_errors": self.options.encoding_errors,
@@ -97,8 +98,7 @@ class Corpus:
         return fp
 
 
-def _source_fp(source: Source, weight: bool = True) -> dict[str, Any]:
+def _source_fp(source: Source) -> dict[str, Any]:
     fp = source.fingerprint()
-    if not weight:
-        del fp["weight"]
+    del fp["weight"]  # the plan's business (see fingerprint)
     return fp

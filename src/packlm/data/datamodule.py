@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -225,8 +226,9 @@ class PackedDataModule(L.LightningDataModule):
         stats = self.plan_statistics(epoch)
         step = self.trainer.global_step
         scalars = {f"data/{k}": float(v) for k, v in stats.items() if isinstance(v, (int, float))}
-        for name, counts in stats.get("sources", {}).items():
-            scalars.update({f"data/source/{name}/{k}": float(v) for k, v in counts.items()})
+        for index, (name, counts) in enumerate(stats.get("sources", {}).items()):
+            tag = f"data/source/{_tag_name(index, name)}"
+            scalars.update({f"{tag}/{k}": float(v) for k, v in counts.items()})
         for logger in self.trainer.loggers:
             logger.log_metrics(scalars, step=step)
             writer = getattr(logger, "experiment", None)
@@ -290,3 +292,9 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (DictConfig, ListConfig)):
         return OmegaConf.to_container(value, resolve=True)
     return dict(value) if isinstance(value, Mapping) else value
+
+
+def _tag_name(index: int, name: str) -> str:
+    """A short TensorBoard-safe name for a source: `1_c.jsonl` for `/long/path/c.jsonl`."""
+    leaf = name.rstrip("/").rsplit("/", 1)[-1] or name
+    return f"{index}_" + re.sub(r"[^A-Za-z0-9_.*-]+", "_", leaf).strip("_")

@@ -67,8 +67,6 @@ def _source_changes(key: str, old: list[dict], new: list[dict]) -> list[str]:
     for a, b in zip(old, new, strict=True):
         if a == b:
             continue
-        if a.get("weight") != b.get("weight"):
-            changes.append(f"{key} {b['name']!r}: weight {a.get('weight')} -> {b.get('weight')}")
         if a["digest"] != b["digest"]:
             how = (
                 f"{a['files']} files, {a['bytes']} bytes -> {b['files']} files, {b['bytes']} bytes"

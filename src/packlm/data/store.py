@@ -249,7 +249,7 @@ def write_store(
             {
                 "eos_id": eos_id,
                 "pad_id": pad_id,
-                "sources": [{"name": n, "weight": 1.0} for n in source_names],
+                "sources": [{"name": n} for n in source_names],
                 "fingerprint": {"kind": "memory"},
                 "counts": {},
             }
