@@ -1,4 +1,4 @@
-"""`python -m packlm.generate ckpt_path=... prompt="..."`: sample text from a checkpoint.
+"""`python -m packlm.generate ckpt_path=... 'prompt="..."'`: sample text from a checkpoint.
 
 The checkpoint carries its own tokenizer (see packlm.callbacks.checkpoint_extras), so
 nothing but the checkpoint file is needed.

@@ -6,13 +6,15 @@ directly; `main` is only the Hydra entry point (the Lightning+Hydra template's s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
 import os
+import sys
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
@@ -21,10 +23,11 @@ import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig
+from omegaconf import DictConfig, read_write
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from packlm.callbacks import (
@@ -144,19 +147,22 @@ def train(
         default_root_dir=str(run_dir),
     )
     _log_hparams(logger, config, datamodule)
-    try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
-    except TrainingStopped as stopped:
-        if trainer.is_global_zero:
-            log.warning("%s", stopped)
-        raise
+    with _ddp_relaunch_runs_this_job(trainer):
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+        except TrainingStopped as stopped:
+            if trainer.is_global_zero:
+                log.warning("%s", stopped)
+            raise
 
-    metrics = {
-        k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("val/", "train/"))
-    }
-    if config.train.validate_at_end and not config.trainer.fast_dev_run:
-        (final,) = trainer.validate(module, datamodule=datamodule, verbose=False)
-        metrics.update({k: float(v) for k, v in final.items()})
+        metrics = {
+            k: float(v)
+            for k, v in trainer.callback_metrics.items()
+            if k.startswith(("val/", "train/"))
+        }
+        if config.train.validate_at_end and not config.trainer.fast_dev_run:
+            (final,) = trainer.validate(module, datamodule=datamodule, verbose=False)
+            metrics.update({k: float(v) for k, v in final.items()})
     metrics["tokens/supervised"] = float(module.supervised_tokens_seen)
     if trainer.is_global_zero:
         _report(metrics, last.path, run_dir)
@@ -211,6 +217,46 @@ def _log_hparams(
     writer = logger.experiment
     for summary in hparams_summary(params, {"val/loss": 0.0, "val/bpb": 0.0}):
         writer.file_writer.add_summary(summary)
+
+
+DDP_ENV = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@contextlib.contextmanager
+def _ddp_relaunch_runs_this_job(trainer: L.Trainer) -> Iterator[None]:
+    """Inside a Hydra multirun, make Lightning's DDP relaunch run this job, then clean up.
+
+    Lightning starts ranks > 0 as `python train.py <sys.argv[1:]> hydra.run.dir=<run.dir>`:
+    in a multirun that is the whole sweep again (`-m` and every value), written to a new sweep
+    directory (Hydra #2070 / Lightning #11300). For the duration of the job, sys.argv becomes
+    this job's own overrides and run.dir its output directory, so each child runs exactly this
+    job in it; afterwards the process group and the launcher's environment variables are
+    removed, or the next job would take LOCAL_RANK for "already launched" and wait forever.
+    A single run (no -m) needs none of this: run.dir is already the output directory.
+    """
+    launcher = getattr(trainer.strategy, "launcher", None)
+    relaunches = type(launcher).__name__ == "_SubprocessScriptLauncher"  # ddp, or auto on >1 device
+    if not (relaunches and HydraConfig.initialized() and "LOCAL_RANK" not in os.environ):
+        yield
+        return
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        yield
+        return
+    argv, run_dir = sys.argv, hydra_cfg.run.dir
+    sys.argv = [argv[0], *hydra_cfg.overrides.task]
+    with read_write(hydra_cfg):
+        hydra_cfg.run.dir = hydra_cfg.runtime.output_dir
+    try:
+        yield
+    finally:
+        sys.argv = argv
+        with read_write(hydra_cfg):
+            hydra_cfg.run.dir = run_dir
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        for key in DDP_ENV:
+            os.environ.pop(key, None)
 
 
 def _run_dir_of(ckpt_path: Path) -> Path:

@@ -12,14 +12,14 @@ import os
 import random
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
-
-from conftest import (
+from reliability_helpers import (
     assert_same_weights,
     checkpoint_step,
     run_train,
@@ -27,6 +27,7 @@ from conftest import (
     tiny_overrides,
     train_command,
 )
+
 from packlm.callbacks import AtomicCheckpointIO, BatchFingerprints, TrainingStopped
 from packlm.callbacks.batch_fingerprints import ENV, read_fingerprints
 from packlm.train import train
@@ -42,6 +43,7 @@ class SignalAt(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.global_step == self.step:
+            assert signal.getsignal(self.signum) not in (signal.SIG_DFL, signal.default_int_handler)
             os.kill(os.getpid(), self.signum)
 
 
@@ -70,6 +72,8 @@ def reference(tmp_path_factory, tiny_corpus, cache_dir):
 def test_a_signal_stops_after_the_step_with_a_checkpoint_and_resume_is_exact(
     compose_tiny, reference, tmp_path, signum, step
 ):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can only be installed from the main thread")
     ref_run, ref_batches = reference
     run = tmp_path / "run"
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)

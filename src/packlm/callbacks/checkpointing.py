@@ -142,12 +142,12 @@ class LastCheckpoint(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Normally saved by the last on_train_batch_end already (the state a mid-epoch
         # resume expects); this covers the end of the last epoch under max_epochs.
-        if not trainer.fast_dev_run and self._step_saved != trainer.global_step:
+        if self._step_saved != trainer.global_step:
             self.save(trainer)
 
     def save(self, trainer: L.Trainer) -> None:
         """Write last.ckpt (all ranks must call it: Lightning synchronizes inside)."""
-        if self._step_saved == trainer.global_step and self.path.exists():
+        if trainer.fast_dev_run or (self._step_saved == trainer.global_step and self.path.exists()):
             return
         trainer.save_checkpoint(self.path)
         self._step_saved = trainer.global_step
@@ -189,6 +189,8 @@ class GracefulStop(L.Callback):
             return
         self._trainer = trainer
         self._step_seen = trainer.global_step
+        if trainer.received_sigterm:  # arrived while Lightning's own handler was installed
+            self.received = signal.SIGTERM
         for signum in self.SIGNALS:
             self._previous[signum] = signal.getsignal(signum)
             signal.signal(signum, self._handle)

@@ -93,6 +93,8 @@ def build_stores(
             for split in SPLITS:
                 state[split].writer.finish(_manifest(corpus, header, split, state[split]))
         replace_dir(tmp, dest)
+    except OSError as e:  # reading errors are SourceErrors: this is a write (disk full, ...)
+        raise OSError(e.errno, f"cannot write the token store {dest}: {e.strerror or e}") from e
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     train, val = TokenStore.open(dest / "train"), TokenStore.open(dest / "val")

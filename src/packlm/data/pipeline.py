@@ -20,7 +20,7 @@ from packlm.data.config import ConfigError, DataConfig
 from packlm.data.corpus import Corpus
 from packlm.data.encode import available_cores
 from packlm.data.fingerprint import describe_change, digest, latest
-from packlm.data.store import MANIFEST_FILE, StoreError, TokenStore
+from packlm.data.store import MANIFEST_FILE, StoreError, TokenStore, verify_checksums
 from packlm.data.tokenizer_cache import get_tokenizer
 from packlm.tokenizer.config import TokenizerConfig
 
@@ -117,8 +117,11 @@ def _open_cached(
         return None, None
     try:
         stores = TokenStore.open(dest / "train"), TokenStore.open(dest / "val")
-    except StoreError as e:
-        return None, f"the cached store is damaged, rebuilding ({e})"
+        problem = next(filter(None, (verify_checksums(s.path, s.manifest) for s in stores)), None)
+    except (StoreError, OSError) as e:
+        problem = str(e)
+    if problem:
+        return None, f"the cached store is damaged, rebuilding ({problem})"
     if any(s.manifest.get("fingerprint") != fingerprint for s in stores):
         return None, f"the cached store in {dest} was written for another fingerprint, rebuilding"
     return stores, None

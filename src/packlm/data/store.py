@@ -7,7 +7,7 @@ Layout of a store directory (one per split):
     doc_offsets.npy   int64 [n_docs + 1]; document d is tokens[offsets[d]:offsets[d+1]]
     doc_sources.npy   int32 [n_docs]; index into manifest["sources"] (for mixing weights)
     doc_ids.txt       one stable id per line ("source:path[:record]"), for tracing samples
-    manifest.json     format version, fingerprint, counts, file sizes
+    manifest.json     format version, fingerprint, counts, file sizes, file checksums
 
 Opening is O(1) in the store size (memmaps); a store is written into a temporary directory
 and renamed into place only when complete, so a reader never sees a partial one.
@@ -15,6 +15,7 @@ and renamed into place only when complete, so a reader never sees a partial one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -30,6 +31,11 @@ OFFSETS_FILE = "doc_offsets.npy"
 SOURCES_FILE = "doc_sources.npy"
 IDS_FILE = "doc_ids.txt"
 MANIFEST_FILE = "manifest.json"
+DATA_FILES = (TOKENS_FILE, OFFSETS_FILE, SOURCES_FILE, IDS_FILE)
+CHECKSUM_FULL_BYTES = 16 << 20
+"""Files up to this size are hashed whole; larger ones by CHECKSUM_BLOCKS evenly spaced blocks."""
+CHECKSUM_BLOCKS = 256
+CHECKSUM_BLOCK_BYTES = 64 << 10
 
 
 class StoreError(RuntimeError):
@@ -127,6 +133,36 @@ def verify_files(path: Path, manifest: dict[str, Any]) -> str | None:
     return None
 
 
+def file_checksum(path: Path) -> str:
+    """blake2b of a file: all of it up to CHECKSUM_FULL_BYTES, else its size plus 256 blocks of
+    64 KiB at evenly spaced offsets (first and last included): at most 16 MiB read per file."""
+    size = path.stat().st_size
+    h = hashlib.blake2b(str(size).encode(), digest_size=16)
+    with open(path, "rb") as f:
+        if size <= CHECKSUM_FULL_BYTES:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        else:
+            last = size - CHECKSUM_BLOCK_BYTES
+            for k in range(CHECKSUM_BLOCKS):
+                f.seek(last * k // (CHECKSUM_BLOCKS - 1))
+                h.update(f.read(CHECKSUM_BLOCK_BYTES))
+    return h.hexdigest()
+
+
+def verify_checksums(path: Path, manifest: dict[str, Any]) -> str | None:
+    """Compare the files' checksums with the manifest (reads up to 16 MiB a file); return what
+    is wrong, or None. Manifests written before checksums existed pass."""
+    problem = verify_files(path, manifest)
+    if problem:
+        return problem
+    for name, expected in manifest.get("checksums", {}).items():
+        actual = file_checksum(path / name)
+        if actual != expected:
+            return f"{path / name}: content changed since it was written (checksum {actual}, manifest says {expected})"
+    return None
+
+
 class StoreWriter:
     """Append documents, then `finish(manifest)`: written under a temporary name, then renamed.
 
@@ -197,10 +233,8 @@ class StoreWriter:
         counts["documents"] = self._n_docs
         counts["tokens"] = self._n_tokens
         manifest["counts"] = counts
-        manifest["files"] = {
-            name: (self.tmp / name).stat().st_size
-            for name in (TOKENS_FILE, OFFSETS_FILE, SOURCES_FILE, IDS_FILE)
-        }
+        manifest["files"] = {name: (self.tmp / name).stat().st_size for name in DATA_FILES}
+        manifest["checksums"] = {name: file_checksum(self.tmp / name) for name in DATA_FILES}
         tmp_manifest = self.tmp / MANIFEST_FILE
         tmp_manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
         if self.path.exists():

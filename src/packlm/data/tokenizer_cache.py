@@ -77,6 +77,10 @@ def get_tokenizer(
             meta = {"fingerprint": fingerprint, "tokenizer_fingerprint": tokenizer.fingerprint()}
             (tmp / CACHE_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True), "utf-8")
             replace_dir(tmp, dest)
+        except OSError as e:
+            raise OSError(
+                e.errno, f"cannot write the tokenizer cache {dest}: {e.strerror or e}"
+            ) from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return tokenizer, dest

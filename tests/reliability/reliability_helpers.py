@@ -1,0 +1,117 @@
+"""Helpers of the reliability tests: a tiny corpus, fast overrides, train.py in a subprocess.
+
+(A module of its own, not conftest.py: several test directories have a conftest.py, and
+`from conftest import ...` would pick whichever was imported last.)
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN_PY = ROOT / "train.py"
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "a",
+    "in",
+    "that",
+    "is",
+    "was",
+    "he",
+    "for",
+    "it",
+    "with",
+    "as",
+    "his",
+    "on",
+    "be",
+    "at",
+    "by",
+    "had",
+    "not",
+    "are",
+    "but",
+    "from",
+]
+
+
+def write_tiny_corpus(root: Path, n: int = 60, seed: int = 0) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    for i in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(5, 120))]
+        (root / f"doc{i:03d}.txt").write_text(" ".join(words) + ".\n", encoding="utf-8")
+    return root
+
+
+def tiny_overrides(corpus: Path, cache: Path, *extra: str) -> list[str]:
+    """A run of a few seconds: tiny model, tiny windows, nothing optional."""
+    return [
+        f"data.sources=[{corpus}/*.txt]",
+        "data.val_fraction=0.2",
+        "data.window=32",
+        "data.stride=16",
+        "data.batch_size=4",
+        "data.num_workers=0",
+        "tokenizer.vocab_size=300",
+        "model.context_length=32",
+        "model.n_layer=1",
+        "model.n_head=2",
+        "model.n_embd=32",
+        "optim.warmup_steps=2",
+        "trainer.max_steps=8",
+        "trainer.val_check_interval=4",
+        "trainer.log_every_n_steps=1",
+        "trainer.enable_progress_bar=false",
+        "train.sample_prompt=",
+        "train.log_batch_images=false",
+        "train.validate_at_end=false",
+        "train.checkpoint_every_n_steps=1",
+        f"cache_dir={cache}",
+        *extra,
+    ]
+
+
+def train_command(*args: str) -> list[str]:
+    return [sys.executable, str(TRAIN_PY), *args]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
+    env.pop("LOCAL_RANK", None)
+    return env
+
+
+def run_train(args: list[str], cwd: Path, timeout: float = 300, **env: str):
+    return subprocess.run(
+        train_command(*args),
+        cwd=cwd,
+        env=subprocess_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def weights(ckpt: Path) -> dict[str, torch.Tensor]:
+    return torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def assert_same_weights(a: Path, b: Path, atol: float = 1e-6) -> None:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], atol=atol, rtol=1e-5, msg=k)
+
+
+def checkpoint_step(ckpt: Path) -> int:
+    return int(torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"])
