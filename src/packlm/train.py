@@ -6,28 +6,24 @@ directly; `main` is only the Hydra entry point (the Lightning+Hydra template's s
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import math
 import os
-import sys
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, fields, replace
+from collections.abc import Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import hydra
 import lightning as L
-import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig, read_write
+from omegaconf import DictConfig
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from packlm.callbacks import (
@@ -42,13 +38,11 @@ from packlm.callbacks import (
     TextSamples,
     TrainingStopped,
 )
-from packlm.callbacks.checkpoint_extras import KEY as EXTRAS_KEY
 from packlm.config import CONFIG_DIR, Validated, validate_config
-from packlm.data.config import ConfigError
 from packlm.data.datamodule import PackedDataModule
-from packlm.data.dataset import PLAN_KEYS, check_fingerprint
-from packlm.model.config import ModelConfig
+from packlm.ddp_hydra import ddp_relaunch_runs_this_job
 from packlm.model.lit_module import LitCausalLM
+from packlm.resume import check_model_shape, check_resume, read_checkpoint, run_dir_of
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +65,9 @@ def train(
     config = validate_config(cfg)  # every key checked before any work starts
     checkpoint = None
     if cfg.ckpt_path:  # resume: keep writing into the run the checkpoint belongs to
-        run_dir = _run_dir_of(Path(cfg.ckpt_path))
-        checkpoint = _read_checkpoint(Path(cfg.ckpt_path))
-        _check_resume(cfg.ckpt_path, checkpoint, config)
+        run_dir = run_dir_of(Path(cfg.ckpt_path))
+        checkpoint = read_checkpoint(Path(cfg.ckpt_path))
+        check_resume(cfg.ckpt_path, checkpoint, config)
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     _check_writable(run_dir, "the run directory (hydra.run.dir)")
     _check_writable(Path(cfg.cache_dir), "cache_dir")
@@ -90,7 +84,7 @@ def train(
     _log_data_counts(datamodule)
     model_config = replace(config.model, vocab_size=datamodule.vocab_size)
     if checkpoint is not None:
-        _check_model_shape(cfg.ckpt_path, checkpoint, model_config)
+        check_model_shape(cfg.ckpt_path, checkpoint, model_config)
         del checkpoint
     optim = _schedule_horizon(config, datamodule)
     module = LitCausalLM(model=model_config, optim=optim)
@@ -113,7 +107,9 @@ def train(
         if config.train.max_supervised_tokens
         else []
     )
+    validated_at: list[int] = []  # global steps of in-fit validations
     callbacks = [
+        LambdaCallback(on_validation_end=lambda tr, _: validated_at.append(tr.global_step)),
         checkpoints,
         *budget,  # before LastCheckpoint, which saves on the step the budget stops at
         last,
@@ -147,7 +143,7 @@ def train(
         default_root_dir=str(run_dir),
     )
     _log_hparams(logger, config, datamodule)
-    with _ddp_relaunch_runs_this_job(trainer):
+    with ddp_relaunch_runs_this_job(trainer):
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
         except TrainingStopped as stopped:
@@ -160,7 +156,12 @@ def train(
             for k, v in trainer.callback_metrics.items()
             if k.startswith(("val/", "train/"))
         }
-        if config.train.validate_at_end and not config.trainer.fast_dev_run:
+        already_validated = bool(validated_at) and validated_at[-1] == trainer.global_step
+        if (
+            config.train.validate_at_end
+            and not config.trainer.fast_dev_run
+            and not already_validated
+        ):
             (final,) = trainer.validate(module, datamodule=datamodule, verbose=False)
             metrics.update({k: float(v) for k, v in final.items()})
     metrics["tokens/supervised"] = float(module.supervised_tokens_seen)
@@ -217,96 +218,6 @@ def _log_hparams(
     writer = logger.experiment
     for summary in hparams_summary(params, {"val/loss": 0.0, "val/bpb": 0.0}):
         writer.file_writer.add_summary(summary)
-
-
-DDP_ENV = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-@contextlib.contextmanager
-def _ddp_relaunch_runs_this_job(trainer: L.Trainer) -> Iterator[None]:
-    """Inside a Hydra multirun, make Lightning's DDP relaunch run this job, then clean up.
-
-    Lightning starts ranks > 0 as `python train.py <sys.argv[1:]> hydra.run.dir=<run.dir>`:
-    in a multirun that is the whole sweep again (`-m` and every value), written to a new sweep
-    directory (Hydra #2070 / Lightning #11300). For the duration of the job, sys.argv becomes
-    this job's own overrides and run.dir its output directory, so each child runs exactly this
-    job in it; afterwards the process group and the launcher's environment variables are
-    removed, or the next job would take LOCAL_RANK for "already launched" and wait forever.
-    A single run (no -m) needs none of this: run.dir is already the output directory.
-    """
-    launcher = getattr(trainer.strategy, "launcher", None)
-    relaunches = type(launcher).__name__ == "_SubprocessScriptLauncher"  # ddp, or auto on >1 device
-    if not (relaunches and HydraConfig.initialized() and "LOCAL_RANK" not in os.environ):
-        yield
-        return
-    hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode != RunMode.MULTIRUN:
-        yield
-        return
-    argv, run_dir = sys.argv, hydra_cfg.run.dir
-    sys.argv = [argv[0], *hydra_cfg.overrides.task]
-    with read_write(hydra_cfg):
-        hydra_cfg.run.dir = hydra_cfg.runtime.output_dir
-    try:
-        yield
-    finally:
-        sys.argv = argv
-        with read_write(hydra_cfg):
-            hydra_cfg.run.dir = run_dir
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-        for key in DDP_ENV:
-            os.environ.pop(key, None)
-
-
-def _run_dir_of(ckpt_path: Path) -> Path:
-    if not ckpt_path.is_file():
-        raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint")
-    parent = ckpt_path.resolve().parent
-    return parent.parent if parent.name == "checkpoints" else parent
-
-
-def _read_checkpoint(path: Path) -> dict[str, Any]:
-    """The checkpoint's plain parts (memory-mapped tensors), or a ConfigError naming the file."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # truncated, not a checkpoint, unreadable
-        raise ConfigError(
-            f"ckpt_path={path}: cannot read the checkpoint ({type(e).__name__}: {e})"
-        ) from e
-
-
-def _check_resume(path: Any, checkpoint: dict[str, Any], config: Validated) -> None:
-    """Refuse, before any work, a checkpoint whose data plan or model differs from the config."""
-    if "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:
-        raise ConfigError(f"ckpt_path={path}: not a packlm training checkpoint (no state_dict)")
-    data = (checkpoint.get(EXTRAS_KEY) or {}).get("data")
-    if data is not None:
-        try:
-            check_fingerprint(
-                {f"data.{k}": data.get(k) for k in PLAN_KEYS},
-                {f"data.{k}": getattr(config.data, k) for k in PLAN_KEYS},
-            )
-        except ConfigError as e:
-            raise ConfigError(f"ckpt_path={path}: {e}") from None
-    _check_model_shape(path, checkpoint, config.model, skip=("vocab_size",))
-
-
-def _check_model_shape(
-    path: Any, checkpoint: dict[str, Any], model: ModelConfig, skip: tuple[str, ...] = ()
-) -> None:
-    saved = (checkpoint.get("hyper_parameters") or {}).get("model") or {}
-    changed = [
-        f"model.{f.name}: {saved[f.name]!r} in the checkpoint, {getattr(model, f.name)!r} now"
-        for f in fields(ModelConfig)
-        if f.name in saved and f.name not in skip and saved[f.name] != getattr(model, f.name)
-    ]
-    if changed:
-        raise ConfigError(
-            f"ckpt_path={path}: the model differs from the checkpoint's ("
-            + "; ".join(changed)
-            + "). Resume with the same model settings (vocab_size comes from the tokenizer)."
-        )
 
 
 def _check_writable(directory: Path, what: str) -> None:

@@ -94,6 +94,28 @@ def test_a_signal_stops_after_the_step_with_a_checkpoint_and_resume_is_exact(
     assert checkpoint_step(last) == MAX_STEPS
 
 
+class DoubleCtrlC(L.Callback):
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # stop after this step...
+            os.kill(os.getpid(), signal.SIGINT)  # ...no: now
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_second_ctrl_c_aborts_at_once_without_a_checkpoint(compose_tiny, tmp_path):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can only be installed from the main thread")
+    with pytest.raises(SystemExit) as e:  # Lightning's KeyboardInterrupt path: exit status 1
+        train(
+            compose_tiny("train.checkpoint_every_n_steps=100"),
+            run_dir=tmp_path,
+            callbacks=[DoubleCtrlC()],
+        )
+    assert e.value.code == 1
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_checkpoints_every_n_steps_and_at_the_end(compose_tiny, tmp_path):
     saved = []
 

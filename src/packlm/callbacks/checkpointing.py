@@ -147,8 +147,8 @@ class LastCheckpoint(L.Callback):
 
     def save(self, trainer: L.Trainer) -> None:
         """Write last.ckpt (all ranks must call it: Lightning synchronizes inside)."""
-        if trainer.fast_dev_run or (self._step_saved == trainer.global_step and self.path.exists()):
-            return
+        if trainer.fast_dev_run or self._step_saved == trainer.global_step:
+            return  # (the same decision on every rank: no file-system check here)
         trainer.save_checkpoint(self.path)
         self._step_saved = trainer.global_step
 
