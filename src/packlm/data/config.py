@@ -6,6 +6,7 @@ fails in milliseconds instead of after the store was built.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,12 @@ class DataConfig:
     seed: int = 1337
     """Seed of the epoch plan (offsets, orders); the plan of epoch e is a function of (seed, e)."""
 
+    def __post_init__(self) -> None:
+        # `data.separator='\n\n'` typed on a command line arrives as backslash + n (Hydra
+        # does not expand escapes); a separator of literal backslashes is never meant.
+        if isinstance(self.separator, str):
+            self.separator = expand_escapes(self.separator)
+
     def validate(self, model_context: int | None = None) -> DataConfig:
         """Raise ConfigError naming the key of the first invalid value; returns self."""
         if not isinstance(self.sources, (list, tuple)) or len(self.sources) == 0:
@@ -95,6 +102,13 @@ class DataConfig:
                 f"(model.context_length={model_context})"
             )
         return self
+
+
+def expand_escapes(text: str) -> str:
+    r"""Turn the escapes \n, \t, \r and \\ into the characters they name."""
+    return re.sub(
+        r"\\([ntr\\])", lambda m: {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}[m[1]], text
+    )
 
 
 def source_weight(entry: Any) -> float:
