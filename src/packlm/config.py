@@ -15,7 +15,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from packlm.data.config import ConfigError, DataConfig
+from packlm.data.config import ConfigError, DataConfig, expand_escapes
 from packlm.model.config import ModelConfig, OptimConfig
 from packlm.tokenizer.config import TokenizerConfig
 
@@ -109,17 +109,23 @@ class Validated:
 
 def validate_config(cfg: DictConfig) -> Validated:
     """Every group checked, cross-group constraints too; raises ConfigError naming the key."""
-    model = ModelConfig(**_plain(cfg.model, ModelConfig)).validate()
-    optim = OptimConfig(**_plain(cfg.optim, OptimConfig))
+    model = ModelConfig(**_plain(cfg.model, ModelConfig, "model")).validate()
+    optim = OptimConfig(**_plain(cfg.optim, OptimConfig, "optim"))
     optim = replace(optim, betas=tuple(optim.betas)).validate()
-    trainer = TrainerConfig(**_plain(cfg.trainer, TrainerConfig))
+    trainer = TrainerConfig(**_plain(cfg.trainer, TrainerConfig, "trainer"))
     if trainer.precision not in PRECISIONS:
         raise ConfigError(f"trainer.precision={trainer.precision!r}: allowed {list(PRECISIONS)}")
     if trainer.accumulate_grad_batches < 1:
         raise ConfigError(
             f"trainer.accumulate_grad_batches={trainer.accumulate_grad_batches}: must be >= 1"
         )
-    train = TrainConfig(**_plain(cfg.train, TrainConfig))
+    train = TrainConfig(**_plain(cfg.train, TrainConfig, "train"))
+    if trainer.max_steps <= 0 and trainer.max_epochs <= 0 and not train.max_supervised_tokens:
+        raise ConfigError(
+            f"trainer.max_steps={trainer.max_steps}: with trainer.max_epochs={trainer.max_epochs} "
+            "nothing ends the run; set trainer.max_steps, trainer.max_epochs or "
+            "train.max_supervised_tokens"
+        )
     if train.max_supervised_tokens is not None and train.max_supervised_tokens <= 0:
         raise ConfigError(
             f"train.max_supervised_tokens={train.max_supervised_tokens}: must be positive"
@@ -140,16 +146,28 @@ def validate_config(cfg: DictConfig) -> Validated:
 
 
 def data_config(cfg: DictConfig, model_context: int | None = None) -> DataConfig:
-    """The validated `data` group of a composed config."""
-    return DataConfig(**_plain(cfg.data, DataConfig)).validate(model_context)
+    """The validated `data` group of a composed config.
+
+    `data.separator='\n\n'` typed on a command line arrives as backslash + n (Hydra does not
+    expand escapes), so escapes are expanded here, once, for every command.
+    """
+    data = DataConfig(**_plain(cfg.data, DataConfig, "data"))
+    if isinstance(data.separator, str):
+        data = replace(data, separator=expand_escapes(data.separator))
+    return data.validate(model_context)
 
 
 def tokenizer_config(cfg: DictConfig) -> TokenizerConfig:
     """The validated `tokenizer` group of a composed config."""
-    return TokenizerConfig(**_plain(cfg.tokenizer, TokenizerConfig)).validate()
+    return TokenizerConfig(**_plain(cfg.tokenizer, TokenizerConfig, "tokenizer")).validate()
 
 
-def _plain(node: Any, cls: type) -> dict[str, Any]:
+def _plain(node: Any, cls: type, group: str) -> dict[str, Any]:
+    """The group's values; a key the schema does not know (`+trainer.foo=1`) is an error."""
     values = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node)
+    values.pop("_target_", None)
     known = {f.name for f in fields(cls)}
-    return {k: v for k, v in values.items() if k in known}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{group}.{unknown[0]}: unknown key; allowed {sorted(known)}")
+    return values

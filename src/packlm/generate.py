@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from packlm.callbacks.checkpoint_extras import tokenizer_from_checkpoint
 from packlm.config import CONFIG_DIR
 from packlm.model.lit_module import LitCausalLM
-from packlm.sampling import sample_tokens
+from packlm.resume import read_checkpoint
+from packlm.sampling import sample_text
 
 
 def generate(
@@ -29,36 +29,28 @@ def generate(
     device: str = "cpu",
 ) -> list[str]:
     """Texts (prompt + continuation) sampled from the checkpoint's model."""
-    path = Path(ckpt_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"ckpt_path={path}: no such checkpoint")
-    checkpoint = torch.load(path, map_location=device, weights_only=True)
-    tokenizer = tokenizer_from_checkpoint(checkpoint)
-    module = LitCausalLM.load_from_checkpoint(path, map_location=device, weights_only=True)
-    module.eval()
-    eos = (
-        tokenizer.special_token_ids.get(tokenizer.special_tokens[0])
-        if tokenizer.special_tokens
-        else None
-    )
-    prompt_ids = tokenizer.encode_ordinary(prompt) or ([eos] if eos is not None else [])
-    if not prompt_ids:
-        raise ValueError("prompt: empty, and the tokenizer has no EOS to start from")
-    texts = []
-    for k in range(num_samples):
-        new = sample_tokens(
+    checkpoint = read_checkpoint(Path(ckpt_path))  # a clear error naming ckpt_path
+    try:
+        tokenizer = tokenizer_from_checkpoint(checkpoint)
+    except ValueError as e:
+        raise ValueError(f"ckpt_path={ckpt_path}: {e}") from None
+    module = LitCausalLM(model=checkpoint["hyper_parameters"]["model"])
+    module.load_state_dict(checkpoint["state_dict"])
+    module.to(device).eval()
+    return [
+        sample_text(
             lambda ids: module(ids),
-            prompt_ids,
+            tokenizer,
+            prompt,
             max_new_tokens,
             module.model_config.context_length,
             temperature=temperature,
             top_k=top_k,
-            stop_id=eos,
             seed=seed + k,
             device=device,
         )
-        texts.append(prompt + tokenizer.decode([i for i in new if i != eos]))
-    return texts
+        for k in range(num_samples)
+    ]
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="generate", version_base=None)

@@ -52,3 +52,30 @@ def sample_tokens(
             break
         ids = torch.cat([ids, torch.tensor([[next_id]], device=ids.device)], dim=1)
     return new
+
+
+def sample_text(
+    logits_fn: Callable[[Tensor], Tensor],
+    tokenizer,
+    prompt: str,
+    max_new_tokens: int,
+    context_length: int,
+    temperature: float = 0.8,
+    top_k: int | None = 50,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> str:
+    """prompt + a sampled continuation, stopping at EOS (the first special token)."""
+    eos = (
+        tokenizer.special_token_ids[tokenizer.special_tokens[0]]
+        if tokenizer.special_tokens
+        else None
+    )
+    prompt_ids = tokenizer.encode_ordinary(prompt) or ([eos] if eos is not None else [])
+    if not prompt_ids:
+        raise ValueError("prompt: empty, and the tokenizer has no EOS to start from")
+    new = sample_tokens(
+        logits_fn, prompt_ids, max_new_tokens, context_length,
+        temperature=temperature, top_k=top_k, stop_id=eos, seed=seed, device=device,
+    )  # fmt: skip
+    return prompt + tokenizer.decode([i for i in new if i != eos])

@@ -77,7 +77,7 @@ def train(
         tokenizer=config.tokenizer,
         cache_dir=cfg.cache_dir,
         model_context=config.model.context_length,
-        **asdict(config.data),
+        data=config.data,
     )
     datamodule.prepare_data()
     datamodule.setup("fit")
@@ -86,10 +86,6 @@ def train(
     if checkpoint is not None:
         check_model_shape(cfg.ckpt_path, checkpoint, model_config)
         del checkpoint
-    optim = _schedule_horizon(config, datamodule)
-    module = LitCausalLM(model=model_config, optim=optim)
-    module.set_token_byte_lengths(datamodule.token_byte_lengths)  # for val/bpb
-
     logger = TensorBoardLogger(
         save_dir=str(run_dir), name="tb", version="", default_hp_metric=False
     )
@@ -142,6 +138,8 @@ def train(
         reload_dataloaders_every_n_epochs=1,  # each epoch has its own plan (and length)
         default_root_dir=str(run_dir),
     )
+    module = LitCausalLM(model=model_config, optim=_schedule_horizon(config, datamodule, trainer))
+    module.set_token_byte_lengths(datamodule.token_byte_lengths)  # for val/bpb
     _log_hparams(logger, config, datamodule)
     with ddp_relaunch_runs_this_job(trainer):
         try:
@@ -170,24 +168,17 @@ def train(
     return metrics
 
 
-def _schedule_horizon(config: Validated, datamodule: PackedDataModule):
-    """The cosine schedule's length: optim.max_steps, else the step budget or token budget."""
+def _schedule_horizon(config: Validated, datamodule: PackedDataModule, trainer: L.Trainer):
+    """The cosine schedule's length in optimizer steps: optim.max_steps when given; under a
+    token budget, the steps that budget takes; else None, and the module uses the Trainer's
+    estimate (max_steps, or epochs x batches / accumulation)."""
     optim = config.optim
-    if optim.max_steps is not None:
+    if optim.max_steps is not None or not config.train.max_supervised_tokens:
         return optim
-    if config.train.max_supervised_tokens:
-        per_step = datamodule.supervised_tokens_per_batch() * config.trainer.accumulate_grad_batches
-        per_step *= max(1, _world_size(config))
-        steps = math.ceil(config.train.max_supervised_tokens / max(per_step, 1.0))
-    else:
-        steps = config.trainer.max_steps
+    per_step = datamodule.supervised_tokens_per_batch() * config.trainer.accumulate_grad_batches
+    per_step *= trainer.world_size
+    steps = math.ceil(config.train.max_supervised_tokens / max(per_step, 1.0))
     return replace(optim, max_steps=max(1, steps))
-
-
-def _world_size(config: Validated) -> int:
-    devices = config.trainer.devices
-    n = devices if isinstance(devices, int) and devices > 0 else 1
-    return n * config.trainer.num_nodes
 
 
 @rank_zero_only

@@ -18,7 +18,8 @@ MODEL_TAGS = [
     "train/loss", "val/loss", "val/bpb", "val/ppl",
     "tokens/input", "tokens/nonpad", "tokens/supervised", "tokens/documents",
     "throughput/input_tokens_per_s", "throughput/nonpad_tokens_per_s",
-    "throughput/supervised_tokens_per_s", "lr", "grad_norm",
+    "throughput/supervised_tokens_per_s", "throughput/documents_per_s",
+    "tokens_per_step/input", "tokens_per_step/supervised", "lr", "grad_norm",
 ]  # fmt: skip
 
 
@@ -53,6 +54,9 @@ def test_data_group_instantiates_with_target(compose_tiny):
         ("model.n_head=3", "model.n_head"),
         ("tokenizer.vocab_size=10", "tokenizer.vocab_size"),
         ("trainer.precision=8-bit", "trainer.precision"),
+        ("+trainer.limit_train_batches=5", "trainer.limit_train_batches"),  # unknown: not dropped
+        ('tokenizer.pattern="("', "tokenizer.pattern"),
+        ("trainer.max_steps=-1", "trainer.max_steps"),  # nothing would end the run
     ],
 )
 def test_bad_override_names_the_key(compose_tiny, override, key):

@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from packlm.config import CONFIG_DIR, data_config
-from packlm.data.config import ConfigError, DataConfig
+from packlm.data.config import ConfigError, DataConfig, expand_escapes
 
 
 @pytest.mark.parametrize(
@@ -20,13 +20,17 @@ from packlm.data.config import ConfigError, DataConfig
     ],
 )
 def test_separator_escapes_are_expanded(typed, meant):
-    assert DataConfig(separator=typed).separator == meant
+    assert expand_escapes(typed) == meant
 
 
-def test_separator_typed_on_the_command_line_splits_on_newlines():
+def test_separator_typed_on_the_command_line_is_expanded_exactly_once():
     with initialize_config_dir(CONFIG_DIR, version_base=None):
         cfg = compose("config", overrides=[r"data.separator=\n\n"])
-    assert data_config(cfg).separator == "\n\n"
+        backslashes = compose("config", overrides=[r"data.separator=a\\\\nb"])  # typed a\\nb
+    data = data_config(cfg)
+    assert data.separator == "\n\n"
+    assert DataConfig(**vars(data)).separator == "\n\n"  # building it again changes nothing
+    assert data_config(backslashes).separator == "a\\nb"
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from packlm.sampling import sample_tokens
+from packlm.sampling import sample_text
 
 
 class TextSamples(L.Callback):
@@ -32,22 +32,20 @@ class TextSamples(L.Callback):
             or not isinstance(trainer.logger, TensorBoardLogger)
         ):
             return
-        eos = self.tokenizer.special_token_ids.get("<|endoftext|>")
         was_training = pl_module.training
         pl_module.eval()
-        new = sample_tokens(
+        text = sample_text(
             lambda ids: pl_module(ids),
-            self.tokenizer.encode_ordinary(self.prompt),
+            self.tokenizer,
+            self.prompt,
             self.max_new_tokens,
             pl_module.model_config.context_length,
             temperature=self.temperature,
             top_k=self.top_k,
-            stop_id=eos,
             seed=trainer.global_step,
             device=pl_module.device,
         )
         pl_module.train(was_training)
-        text = self.prompt + self.tokenizer.decode(new)
         # Markdown: a code block keeps whitespace (the default corpus is Python source).
         trainer.logger.experiment.add_text(
             "samples/generated", "```\n" + text + "\n```", trainer.global_step

@@ -60,12 +60,6 @@ class DataConfig:
     seed: int = 1337
     """Seed of the epoch plan (offsets, orders); the plan of epoch e is a function of (seed, e)."""
 
-    def __post_init__(self) -> None:
-        # `data.separator='\n\n'` typed on a command line arrives as backslash + n (Hydra
-        # does not expand escapes); a separator of literal backslashes is never meant.
-        if isinstance(self.separator, str):
-            self.separator = expand_escapes(self.separator)
-
     def validate(self, model_context: int | None = None) -> DataConfig:
         """Raise ConfigError naming the key of the first invalid value; returns self."""
         if not isinstance(self.sources, (list, tuple)) or len(self.sources) == 0:

@@ -74,6 +74,7 @@ class LitCausalLM(L.LightningModule):
         self._eval: Tensor | None = None  # [nats, supervised, bytes] of the eval loop so far
         self._t_last: float | None = None  # end of the last step (None after a pause)
         self._window = dict.fromkeys(("seconds", *COUNTERS), 0.0)  # since the last log
+        self._step_counts = dict.fromkeys(COUNTERS, 0.0)  # of the last optimizer step
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -150,7 +151,8 @@ class LitCausalLM(L.LightningModule):
                 p.grad = None
             grads = []
 
-        for key, n in zip(COUNTERS, (n_input, n_nonpad, n_sup, n_docs), strict=True):
+        self._step_counts = dict(zip(COUNTERS, (n_input, n_nonpad, n_sup, n_docs), strict=True))
+        for key, n in self._step_counts.items():
             self.tokens_seen[key] += int(n)
             self._window[key] += n
         now = time.perf_counter()
@@ -177,9 +179,11 @@ class LitCausalLM(L.LightningModule):
         seconds = max(self._window.pop("seconds"), 1e-9)
         logs = {
             "lr": optimizer.param_groups[0]["lr"],
-            "grad_norm": torch.nn.utils.get_total_norm(grads) if grads else 0.0,
+            "grad_norm": _total_norm(grads),
             **{f"tokens/{k}": float(n) for k, n in self.tokens_seen.items()},
+            **{f"tokens_per_step/{k}": float(n) for k, n in self._step_counts.items()},
             **{f"throughput/{k}_tokens_per_s": self._window[k] / seconds for k in COUNTERS[:3]},
+            "throughput/documents_per_s": self._window["documents"] / seconds,
         }
         self.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
         self._window = dict.fromkeys(("seconds", *COUNTERS), 0.0)
@@ -287,3 +291,10 @@ def _token_counts(batch: Mapping[str, Tensor]) -> list[Tensor]:
     present.scatter_(1, torch.where(seg >= 0, seg, T).long(), True)  # PAD -> column T
     n_docs = present[:, :T].sum().double()
     return [n_input, n_nonpad, n_docs]
+
+
+def _total_norm(grads: list[Tensor]) -> Tensor | float:
+    """L2 norm of all gradients together (torch.nn.utils.get_total_norm needs torch >= 2.6)."""
+    if not grads:
+        return 0.0
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))

@@ -23,6 +23,12 @@ class TokenizerConfig:
             raise ConfigError(f"tokenizer.special_tokens={list(self.special_tokens)}: duplicates")
         if any(not s for s in self.special_tokens):
             raise ConfigError("tokenizer.special_tokens: empty string")
+        from packlm.tokenizer.pretokenize import resolve_pattern
+
+        try:
+            resolve_pattern(self.pattern)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"tokenizer.pattern={self.pattern!r}: {e}") from None
         if self.path is None:
             minimum = 256 + len(self.special_tokens)
             if not isinstance(self.vocab_size, int) or self.vocab_size < minimum:

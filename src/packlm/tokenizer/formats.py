@@ -17,13 +17,18 @@ FORMAT, VERSION = "packlm-bpe", 1
 CONFIG, VOCAB, MERGES = "tokenizer_config.json", "vocab.json", "merges.txt"
 
 
+PRINTABLE_BYTES = [
+    *range(ord("!"), ord("~") + 1),
+    *range(ord("¡"), ord("¬") + 1),
+    *range(ord("®"), ord("ÿ") + 1),
+]
+# GPT-2's order of the 256 single bytes in its vocab.json: printable first, then the rest.
+GPT2_BYTE_ORDER = PRINTABLE_BYTES + [b for b in range(256) if b not in PRINTABLE_BYTES]
+
+
 def _byte_chars() -> list[str]:
     """GPT-2's bytes_to_unicode: printable bytes stand for themselves, the rest for 256+n."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
+    printable = PRINTABLE_BYTES
     chars, extra = {}, 0
     for b in range(256):
         if b in printable:

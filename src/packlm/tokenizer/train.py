@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from packlm.tokenizer import merge_loop
 from packlm.tokenizer.counting import count_parallel, default_workers, iter_file_pieces
+from packlm.tokenizer.formats import GPT2_BYTE_ORDER
 from packlm.tokenizer.pretokenize import check_special_tokens, resolve_pattern
 
 try:  # the C merge loop, built by setup.py when a compiler is present
@@ -104,14 +105,19 @@ def _train(
 
 
 def build_vocab(pairs: list[tuple[int, int]], special_tokens: list[str]) -> tuple[Vocab, Merges]:
-    """Merge ids (0..255 bytes, 256 + k for merge k) -> the vocab and the merges as bytes."""
+    """Merge-loop ids (0..255 bytes, 256 + k for merge k) -> the vocab and the merges as bytes.
+
+    Vocab ids: the special tokens, then the 256 bytes in GPT-2's vocab.json order
+    (printable bytes first, as the reference vocab has them), then one id per merge.
+    """
     tokens = [bytes([b]) for b in range(256)]
     merges = []
     for a, b in pairs:
         merges.append((tokens[a], tokens[b]))
         tokens.append(tokens[a] + tokens[b])
+    ordered = [tokens[b] for b in GPT2_BYTE_ORDER] + tokens[256:]
     vocab = {i: s.encode("utf-8") for i, s in enumerate(special_tokens)}
-    vocab.update((len(special_tokens) + i, t) for i, t in enumerate(tokens))
+    vocab.update((len(special_tokens) + i, t) for i, t in enumerate(ordered))
     return vocab, merges
 
 
