@@ -196,11 +196,21 @@ class PlanDataLoader(DataLoader):
         return {
             "epoch": sampler.epoch,
             "consumed": sampler.consumed,
+            "world_size": sampler.world_size,
             "fingerprint": self.fingerprint,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_fingerprint(state.get("fingerprint", {}), self.fingerprint)
+        saved_world = state.get("world_size", self.sampler.world_size)
+        if saved_world != self.sampler.world_size:
+            # Lightning restores the epoch's finished batches per rank: with another rank
+            # count they stand for another number of samples, and the epoch would end early.
+            raise ConfigError(
+                f"cannot resume the data position: the checkpoint was written by {saved_world} "
+                f"rank(s), this run has {self.sampler.world_size}; resume with "
+                f"trainer.devices x trainer.num_nodes = {saved_world}"
+            )
         self.sampler.resume(int(state["epoch"]), int(state["consumed"]))
 
 
