@@ -98,6 +98,15 @@ class StepFunction:
         return self.area[k] + self.level[k] * (x - self.pos[k])
 
 
+CHUNK = 1 << 16  # ids per call: plan.windows/layout build [n, 31] int64 temporaries
+
+
+def _chunked(fn, n: int) -> tuple[np.ndarray, ...]:
+    """fn(ids) over ids 0..n-1 in chunks, outputs concatenated: memory O(n), not O(31 n)."""
+    parts = [fn(np.arange(a, min(a + CHUNK, n))) for a in range(0, n, CHUNK)] or [fn(np.arange(0))]
+    return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
+
+
 def plan_statistics(
     plan: EpochPlan,
     doc_sources: np.ndarray | None = None,
@@ -109,7 +118,7 @@ def plan_statistics(
     n_tok = plan.n_tokens
     lengths = plan.doc_lengths[plan.order]  # [n_ord] epoch document lengths
     doc_start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # [n_ord+1]
-    _, g, r = plan.windows(np.arange(plan.n_samples))  # [S] each
+    _, g, r = _chunked(plan.windows, plan.n_samples)  # [S] each
     nonpad = np.minimum(r, t)
 
     targets = StepFunction(g + 1, g + r, n_tok)  # windows targeting each stream position
@@ -127,7 +136,7 @@ def plan_statistics(
     targeted = int(counts[1:].sum())  # positions targeted at least once
 
     # windows per sequence and the stride gaps (stride > window leaves tokens no window targets)
-    _, seq_len, _, full = plan.layout(np.arange(plan.n_sequences))
+    _, seq_len, _, full = _chunked(plan.layout, plan.n_sequences)
     per_sequence = np.diff(plan.window_cum)
     gap_tokens = int((np.maximum(full - 1, 0) * max(0, plan.stride - t)).sum())
 
