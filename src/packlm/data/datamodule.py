@@ -69,6 +69,7 @@ class PackedDataModule(L.LightningDataModule):
         self._lengths: dict[str, np.ndarray] = {}
         self._plans: dict[tuple[str, int], EpochPlan] = {}
         self._logged_epochs: set[int] = set()
+        self._stats: dict[tuple[str, int], dict[str, Any]] = {}  # the latest epoch's only
         self._train_sampler: PlanSampler | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -150,10 +151,16 @@ class PackedDataModule(L.LightningDataModule):
         return self._plans[key]
 
     def plan_statistics(self, epoch: int, split: str = "train") -> dict[str, Any]:
-        """`packlm.data.stats.plan_statistics` of one epoch, with per-source counts."""
-        store = self.store(split)
-        names = store.source_names
-        return plan_statistics(self.plan(epoch, split), np.asarray(store.doc_sources), names)
+        """`packlm.data.stats.plan_statistics` of one epoch, with per-source counts (cached:
+        the token budget and the epoch's logging both ask for epoch 0)."""
+        key = (split, epoch)
+        if key not in self._stats:
+            store = self.store(split)
+            plan = self.plan(epoch, split)
+            self._stats = {
+                key: plan_statistics(plan, np.asarray(store.doc_sources), store.source_names)
+            }
+        return self._stats[key]
 
     def supervised_tokens_per_batch(self) -> float:
         """Expected supervised targets in one batch of one rank (sizes token budgets)."""
