@@ -15,7 +15,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from packlm.data.config import ConfigError, DataConfig, expand_escapes
+from packlm.data.config import DataConfig, expand_escapes
+from packlm.errors import ConfigError
 from packlm.model.config import ModelConfig, OptimConfig
 from packlm.tokenizer.config import TokenizerConfig
 

@@ -14,8 +14,8 @@ import torch
 
 from packlm.callbacks.checkpoint_extras import KEY as EXTRAS_KEY
 from packlm.config import Validated
-from packlm.data.config import ConfigError
 from packlm.data.dataset import PLAN_KEYS, check_fingerprint
+from packlm.errors import ConfigError
 from packlm.model.config import ModelConfig
 
 

@@ -10,13 +10,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from packlm.errors import ConfigError
+
+__all__ = ["ConfigError", "DataConfig"]
+
 PACKING_MODES = ("none", "document", "stream")
 TAIL_POLICIES = ("drop", "cover", "pad")
 ENCODING_ERRORS = ("strict", "replace", "skip")
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; the message starts with the full key name."""
 
 
 @dataclass

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from packlm.data.config import ConfigError
+from packlm.errors import ConfigError
 
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from packlm.data.config import ConfigError
+from packlm.errors import ConfigError
 
 
 @dataclass
