@@ -14,7 +14,8 @@ from test_plan_helpers import (
     target_counts,
 )
 
-from packlm.data.plan import GROUP, build_plan, greedy_packs, validation_config
+from packlm.data.packing import greedy_packs
+from packlm.data.plan import GROUP, build_plan, validation_config
 
 LENGTHS = [5, 3, 10, 1, 7, 2, 20]  # stream starts 0 5 8 18 19 26 28, total 48
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from packlm.data.config import DataConfig
+from packlm.data.packing import index_dtype, make_sequences
 
 GROUP = 32
 """Stream positions are stored for every GROUP-th epoch document (8/GROUP bytes a document)."""
@@ -42,10 +43,6 @@ def validation_config(cfg: DataConfig) -> DataConfig:
         shuffle=False,
         shuffle_documents=False,
     )
-
-
-def _index_dtype(n: int) -> np.dtype:
-    return np.dtype(np.int32) if n < 2**31 - 1 else np.dtype(np.int64)
 
 
 def _search(sorted_values: np.ndarray, queries: np.ndarray) -> np.ndarray:
@@ -195,7 +192,7 @@ def build_plan(
     sample_order = None
     if cfg.shuffle:
         n = int(window_cum[-1])
-        sample_order = np.arange(n, dtype=_index_dtype(n))
+        sample_order = np.arange(n, dtype=index_dtype(n))
         plan_rng(cfg.seed, epoch, _SAMPLES).shuffle(sample_order)
     return EpochPlan(
         window=cfg.window,
@@ -222,7 +219,7 @@ def epoch_documents(
     weights: list[float] | None = None,
 ) -> np.ndarray:
     """Store document of each epoch document: mixed by source weight, then shuffled if asked."""
-    dtype = _index_dtype(n_docs)
+    dtype = index_dtype(n_docs)
     if weights is None or all(w == 1.0 for w in weights):
         order = np.arange(n_docs, dtype=dtype)
     else:
@@ -261,59 +258,13 @@ def stream_checkpoints(order: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return checkpoints
 
 
-def make_sequences(
-    order: np.ndarray, lengths: np.ndarray, checkpoints: np.ndarray, cfg: DataConfig
-) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """(first epoch document of each sequence, then n_ord; their lengths), both None for
-    packing none (one sequence per document)."""
-    n = len(order)
-    if cfg.packing == "none":
-        return None, None
-    if cfg.pack_size is None:  # the whole stream is one sequence
-        return np.array([0, n], dtype=np.int64), checkpoints[-1:].copy()
-    cum = np.zeros(n + 1, dtype=np.int64)  # stream start of every epoch document
-    for lo in range(0, n, _CHUNK):
-        np.cumsum(lengths[order[lo : lo + _CHUNK]], out=cum[lo + 1 : lo + _CHUNK + 1])
-        cum[lo + 1 : lo + _CHUNK + 1] += cum[lo]
-    seq_first = greedy_packs(cum, cfg.pack_size)
-    return seq_first, np.diff(cum[seq_first])
-
-
-def greedy_packs(cum: np.ndarray, pack_size: int) -> np.ndarray:
-    """Ordered greedy packing: first document of each pack, then n; documents never cut.
-
-    next(i) is where a pack starting at document i ends (at least i+1: an over-long document
-    is a pack alone). The pack starts are the path 0, next(0), next(next(0)), ..., found by
-    pointer doubling: after round k, `on` holds the first 2^k path nodes and `jump` = next^(2^k),
-    so log2(packs) vectorized rounds replace a Python loop over packs.
-    """
-    n = len(cum) - 1
-    dtype = _index_dtype(n + 1)
-    jump = np.empty(n + 1, dtype=dtype)
-    for lo in range(0, n, _CHUNK):  # last document that still fits a pack starting at each one
-        hi = min(n, lo + _CHUNK)
-        reach = np.searchsorted(cum, cum[lo:hi] + pack_size, side="right") - 1
-        jump[lo:hi] = np.maximum(reach, np.arange(lo + 1, hi + 1))
-    jump[n] = n
-    on = np.zeros(n + 1, dtype=bool)
-    on[0] = True
-    nodes = np.zeros(1, dtype=dtype)
-    while True:
-        targets = jump[nodes]
-        on[targets] = True
-        if (targets == n).all():
-            return np.flatnonzero(on)
-        nodes = np.flatnonzero(on).astype(dtype)
-        jump = jump[jump]
-
-
 def place_windows(
     chunks, n_seq: int, cfg: DataConfig, epoch: int
 ) -> tuple[np.ndarray | None, np.ndarray]:
     """(offset of each sequence or None, int64 [n_seq+1] samples before each sequence), from
     the sequence lengths given in consecutive chunks (bounded temporaries)."""
     random = cfg.random_offset and cfg.stride > 1
-    offsets = np.zeros(n_seq, dtype=_index_dtype(cfg.stride)) if random else None
+    offsets = np.zeros(n_seq, dtype=index_dtype(cfg.stride)) if random else None
     window_cum = np.zeros(n_seq + 1, dtype=np.int64)
     rng = plan_rng(cfg.seed, epoch, _OFFSETS)
     lo = 0
