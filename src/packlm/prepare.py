@@ -18,9 +18,9 @@ from packlm.config import CONFIG_DIR, data_config, tokenizer_config
 from packlm.data.pipeline import prepare_stores
 
 
-@hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
+@hydra.main(config_path=CONFIG_DIR, config_name="tools", version_base=None)
 def main(cfg: DictConfig) -> None:
-    _logs_to_stderr()
+    logs_to_stderr()
     prepared = prepare_stores(data_config(cfg), tokenizer_config(cfg), cfg.cache_dir, progress=True)
     report = {
         "tokenizer": str(prepared.tokenizer_dir),
@@ -31,7 +31,7 @@ def main(cfg: DictConfig) -> None:
     sys.stdout.write("\n")
 
 
-def _logs_to_stderr() -> None:
+def logs_to_stderr() -> None:
     """Hydra logs to stdout; move that to stderr so `... > manifests.json` holds only JSON."""
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:

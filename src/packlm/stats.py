@@ -9,7 +9,6 @@ No model is built; the tokenizer and stores come from the cache (built if missin
 from __future__ import annotations
 
 import json
-import logging
 import sys
 
 import hydra
@@ -18,6 +17,7 @@ from omegaconf import DictConfig
 from packlm.config import CONFIG_DIR, validate_config
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.stats import to_json
+from packlm.prepare import logs_to_stderr
 
 
 def statistics(cfg: DictConfig, epochs: int = 1) -> dict:
@@ -36,11 +36,9 @@ def statistics(cfg: DictConfig, epochs: int = 1) -> dict:
     }
 
 
-@hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
+@hydra.main(config_path=CONFIG_DIR, config_name="tools", version_base=None)
 def main(cfg: DictConfig) -> None:
-    for handler in logging.getLogger().handlers:  # Hydra logs to stdout; keep stdout pure JSON
-        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
-            handler.setStream(sys.stderr)
+    logs_to_stderr()  # keep stdout pure JSON
     epochs = int(cfg.get("epochs", cfg.get("stats_epochs", 1)))
     json.dump(statistics(cfg, epochs), sys.stdout, indent=2)
     sys.stdout.write("\n")
