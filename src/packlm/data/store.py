@@ -19,11 +19,12 @@ import hashlib
 import json
 import os
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from packlm.data.cache_entry import replace_dir, temporary_sibling
 
 FORMAT_VERSION = 1
 TOKENS_FILE = "tokens.bin"
@@ -175,7 +176,7 @@ class StoreWriter:
         self.dtype = token_dtype(vocab_size)
         self.vocab_size = vocab_size
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.parent / f".{self.path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.tmp = temporary_sibling(self.path)
         self.tmp.mkdir()
         self._tokens = open(self.tmp / TOKENS_FILE, "wb")  # noqa: SIM115 (closed in finish/abort)
         self._ids = open(self.tmp / IDS_FILE, "w", encoding="utf-8")  # noqa: SIM115
@@ -237,13 +238,7 @@ class StoreWriter:
         manifest["checksums"] = {name: file_checksum(self.tmp / name) for name in DATA_FILES}
         tmp_manifest = self.tmp / MANIFEST_FILE
         tmp_manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
-        if self.path.exists():
-            old = self.path.parent / f".{self.path.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(self.path, old)
-            os.replace(self.tmp, self.path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(self.tmp, self.path)
+        replace_dir(self.tmp, self.path)
         return TokenStore.open(self.path)
 
     def abort(self) -> None:
