@@ -2,51 +2,19 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
 from packlm.config import CONFIG_DIR
-
-WORDS = [
-    "the",
-    "of",
-    "and",
-    "to",
-    "a",
-    "in",
-    "that",
-    "is",
-    "was",
-    "he",
-    "for",
-    "it",
-    "with",
-    "as",
-    "his",
-    "on",
-    "be",
-    "at",
-    "by",
-    "had",
-    "not",
-    "are",
-    "but",
-    "from",
-]
+from tiny_corpus import write_tiny_corpus
 
 
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory) -> Path:
     """Sixty small documents of pseudo-English, one file each."""
-    root = tmp_path_factory.mktemp("corpus")
-    rng = random.Random(0)
-    for i in range(60):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(5, 120))]
-        (root / f"doc{i:03d}.txt").write_text(" ".join(words) + ".\n", encoding="utf-8")
-    return root
+    return write_tiny_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 def tiny_overrides(corpus: Path, cache: Path) -> list[str]:

@@ -7,50 +7,16 @@
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
+from tiny_corpus import write_tiny_corpus  # noqa: F401 (re-exported for the tests here)
+
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_PY = ROOT / "train.py"
-WORDS = [
-    "the",
-    "of",
-    "and",
-    "to",
-    "a",
-    "in",
-    "that",
-    "is",
-    "was",
-    "he",
-    "for",
-    "it",
-    "with",
-    "as",
-    "his",
-    "on",
-    "be",
-    "at",
-    "by",
-    "had",
-    "not",
-    "are",
-    "but",
-    "from",
-]
-
-
-def write_tiny_corpus(root: Path, n: int = 60, seed: int = 0) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(seed)
-    for i in range(n):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(5, 120))]
-        (root / f"doc{i:03d}.txt").write_text(" ".join(words) + ".\n", encoding="utf-8")
-    return root
 
 
 def tiny_overrides(corpus: Path, cache: Path, *extra: str) -> list[str]:
