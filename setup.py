@@ -5,8 +5,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "packlm.tokenizer._bpe",
-            ["src/packlm/tokenizer/_bpe.c"],
+            "packlm.tokenizer.training._bpe",
+            ["src/packlm/tokenizer/training/_bpe.c"],
             optional=True,
         )
     ]

@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from packlm.data.config import DataConfig
-from packlm.data.dataset import PlanDataLoader, PlanSampler, WindowDataset
-from packlm.data.plan import build_plan
-from packlm.data.store import StoreWriter
+from packlm.data.epoch.loader import PlanDataLoader, WindowDataset
+from packlm.data.epoch.plan import build_plan
+from packlm.data.epoch.sampler import PlanSampler
+from packlm.data.store.token_store import StoreWriter
 
 PLAN_CONFIGS = {
     "document, unlimited (default)": {},

@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from packlm.data.build import StoreHeader, build_stores
 from packlm.data.config import DataConfig
-from packlm.data.corpus import Corpus
-from packlm.data.encode import available_cores
-from packlm.data.tokenizer_cache import get_tokenizer
+from packlm.data.store.build import StoreHeader, build_stores
+from packlm.data.store.corpus import Corpus
+from packlm.data.store.encode import available_cores
+from packlm.tokenizer.cache import get_tokenizer
 from packlm.tokenizer.config import TokenizerConfig
 from packlm.tokenizer.pretokenize import resolve_pattern
 
@@ -89,7 +89,7 @@ def run_tiktoken(vocab_size: int) -> dict:
 
 
 def _val_docs(corpus: Corpus):
-    from packlm.data.sources import ReadCounts, iter_documents
+    from packlm.data.store.sources import ReadCounts, iter_documents
 
     return [
         d

@@ -31,7 +31,7 @@ GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "bpe
 
 
 def documents():
-    from packlm.data.default_corpus import iter_default_documents
+    from packlm.data.store.default_corpus import iter_default_documents
 
     return (text for _, text in iter_default_documents())
 

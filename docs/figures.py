@@ -33,8 +33,8 @@ import packlm  # noqa: E402
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 from packlm.data.datamodule import PackedDataModule  # noqa: E402
-from packlm.data.plan import build_plan  # noqa: E402
-from packlm.data.stats import StepFunction, plan_statistics  # noqa: E402
+from packlm.data.epoch.plan import build_plan  # noqa: E402
+from packlm.data.epoch.statistics import StepFunction, plan_statistics  # noqa: E402
 from packlm.model.masks import allowed  # noqa: E402
 
 ROOT = Path(packlm.__file__).resolve().parents[2]  # the repository (editable install)

@@ -1,10 +1,12 @@
-"""Shared fixtures: the optional ../shared data directory next to the project."""
+"""Shared fixtures: the optional ../shared data directory next to the project, the tiny corpus."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from helpers.corpus import write_tiny_corpus
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -23,3 +25,9 @@ def golden_bpe(shared_dir: Path) -> Path:
     if not path.is_dir():
         pytest.skip(f"{path} is absent")
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    """Sixty small documents of pseudo-English, one file each."""
+    return write_tiny_corpus(tmp_path_factory.mktemp("corpus"))

@@ -14,8 +14,8 @@ from omegaconf import DictConfig
 from packlm.callbacks.checkpoint_extras import tokenizer_from_checkpoint
 from packlm.config import CONFIG_DIR
 from packlm.model.lit_module import LitCausalLM
-from packlm.resume import read_checkpoint
-from packlm.sampling import sample_text
+from packlm.model.sampling import sample_text
+from packlm.run.resume import read_checkpoint
 
 
 def generate(

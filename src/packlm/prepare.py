@@ -15,7 +15,7 @@ import hydra
 from omegaconf import DictConfig
 
 from packlm.config import CONFIG_DIR, data_config, tokenizer_config
-from packlm.data.pipeline import prepare_stores
+from packlm.data.store.cache import prepare_stores
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="tools", version_base=None)

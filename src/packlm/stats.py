@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from packlm.config import CONFIG_DIR, validate_config
 from packlm.data.datamodule import PackedDataModule
-from packlm.data.stats import to_json
+from packlm.data.epoch.statistics import to_json
 from packlm.prepare import logs_to_stderr
 
 

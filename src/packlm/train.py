@@ -28,7 +28,7 @@ from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from packlm.callbacks import (
     AtomicCheckpointIO,
-    BatchFingerprints,
+    BatchHashes,
     BatchImages,
     CheckpointExtras,
     GracefulStop,
@@ -40,9 +40,9 @@ from packlm.callbacks import (
 )
 from packlm.config import CONFIG_DIR, Validated, validate_config
 from packlm.data.datamodule import PackedDataModule
-from packlm.ddp_hydra import ddp_relaunch_runs_this_job
 from packlm.model.lit_module import LitCausalLM
-from packlm.resume import check_model_shape, check_resume, read_checkpoint, run_dir_of
+from packlm.run.ddp_hydra import ddp_relaunch_runs_this_job
+from packlm.run.resume import check_model_shape, check_resume, read_checkpoint, run_dir_of
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +114,9 @@ def train(
         SupervisedTokenAxis(config.trainer.log_every_n_steps),
         *callbacks,
     ]
-    fingerprints = BatchFingerprints.from_env()
-    if fingerprints is not None:
-        callbacks.append(fingerprints)
+    batch_hashes = BatchHashes.from_env()
+    if batch_hashes is not None:
+        callbacks.append(batch_hashes)
     if config.train.log_batch_images:
         callbacks.append(BatchImages())
     if config.train.sample_prompt:

@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from packlm.config import CONFIG_DIR, validate_config
-from packlm.data.config import ConfigError
+from packlm.errors import ConfigError
 from packlm.train import train
 
 MODEL_TAGS = [

@@ -6,7 +6,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from packlm.config import CONFIG_DIR, data_config
-from packlm.data.config import ConfigError, DataConfig, expand_escapes
+from packlm.data.config import DataConfig, expand_escapes
+from packlm.errors import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -12,11 +12,12 @@ import pytest
 import torch
 from lightning.pytorch.loggers import Logger
 from omegaconf import OmegaConf
-from test_plan_helpers import write_position_store
 
-from packlm.data.config import ConfigError, DataConfig
+from helpers.plans import write_position_store
+from packlm.data.config import DataConfig
 from packlm.data.datamodule import PackedDataModule
-from packlm.data.pipeline import PreparedData
+from packlm.data.store.cache import PreparedData
+from packlm.errors import ConfigError
 
 TRAIN_LENGTHS = np.random.default_rng(0).integers(1, 60, size=90)
 VAL_LENGTHS = np.random.default_rng(1).integers(1, 60, size=12)

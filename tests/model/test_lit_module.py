@@ -10,10 +10,10 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from _model_helpers import PAD, V, cat_rows, pack_row, random_docs, tiny_config
 from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader
 
+from helpers.models import PAD, V, cat_rows, pack_row, random_docs, tiny_config
 from packlm.model.lit_module import LitCausalLM, _token_counts, lr_factor
 from packlm.model.transformer import Transformer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from packlm.data.config import ConfigError
+from packlm.errors import ConfigError
 from packlm.model.config import ModelConfig, OptimConfig, as_dict, coerce
 
 

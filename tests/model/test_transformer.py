@@ -8,10 +8,10 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from _model_helpers import PAD, V, cat_rows, pack_row, random_docs, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers.models import PAD, V, cat_rows, pack_row, random_docs, tiny_model
 from packlm.model import ModelConfig, Transformer
 
 

@@ -1,4 +1,4 @@
-"""Fixtures of the reliability tests (helpers: reliability_helpers.py)."""
+"""Fixtures of the reliability tests: one cache for the session, the composed reliability run."""
 
 from __future__ import annotations
 
@@ -6,15 +6,9 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from reliability_helpers import tiny_overrides, write_tiny_corpus
 
+from helpers.runs import reliability_overrides
 from packlm.config import CONFIG_DIR
-
-
-@pytest.fixture(scope="session")
-def tiny_corpus(tmp_path_factory) -> Path:
-    """Sixty small documents of pseudo-English, one file each."""
-    return write_tiny_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +21,8 @@ def cache_dir(tmp_path_factory) -> Path:
 def compose_tiny(tiny_corpus, cache_dir):
     def _compose(*extra: str):
         with initialize_config_dir(CONFIG_DIR, version_base=None):
-            return compose("config", overrides=tiny_overrides(tiny_corpus, cache_dir, *extra))
+            return compose(
+                "config", overrides=reliability_overrides(tiny_corpus, cache_dir, *extra)
+            )
 
     return _compose

@@ -18,11 +18,12 @@ from hydra.errors import ConfigCompositionException
 
 import packlm.train as train_module
 from packlm.config import validate_config
-from packlm.data.config import ConfigError, DataConfig
+from packlm.data.config import DataConfig
 from packlm.data.datamodule import PackedDataModule
-from packlm.data.pipeline import PreparedData, prepare_stores
-from packlm.data.sources import SourceError
-from packlm.data.store import write_store
+from packlm.data.store.cache import PreparedData, prepare_stores
+from packlm.data.store.sources import SourceError
+from packlm.data.store.token_store import write_store
+from packlm.errors import ConfigError
 from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
 from packlm.tokenizer.config import TokenizerConfig
@@ -191,14 +192,14 @@ def test_an_unknown_key_or_a_wrong_type_fails_at_compose_time_naming_it(
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, tiny_corpus, cache_dir) -> Path:
     from hydra import compose, initialize_config_dir
-    from reliability_helpers import tiny_overrides
 
+    from helpers.runs import reliability_overrides
     from packlm.config import CONFIG_DIR
 
     run = tmp_path_factory.mktemp("run")
     with initialize_config_dir(CONFIG_DIR, version_base=None):
         cfg = compose(
-            "config", overrides=tiny_overrides(tiny_corpus, cache_dir, "trainer.max_steps=2")
+            "config", overrides=reliability_overrides(tiny_corpus, cache_dir, "trainer.max_steps=2")
         )
     train(cfg, run_dir=run)
     return run / "checkpoints" / "last.ckpt"

@@ -2,7 +2,7 @@
 rebuilds or reuses a complete entry, and a store edited afterwards is detected and rebuilt.
 
 The SIGKILL-between-the-two-stores case of the store build is in
-tests/data/test_prepare.py::test_a_killed_build_is_never_read_and_the_next_run_completes_it,
+tests/data/store/test_cache.py::test_a_killed_build_is_never_read_and_the_next_run_completes_it,
 truncation in test_prepare.py::test_a_truncated_store_is_detected_and_rebuilt.
 """
 
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reliability_helpers import write_tiny_corpus
 
-from packlm.data import store as store_module
+from helpers.corpus import write_tiny_corpus
 from packlm.data.config import DataConfig
-from packlm.data.pipeline import prepare_stores
-from packlm.data.store import StoreError, TokenStore, verify_checksums, verify_files
+from packlm.data.store import token_store as store_module
+from packlm.data.store.cache import prepare_stores
+from packlm.data.store.token_store import StoreError, TokenStore, verify_checksums, verify_files
 from packlm.tokenizer.config import TokenizerConfig
 
 VOCAB = 300
@@ -59,7 +59,7 @@ def entries(cache: Path, kind: str) -> list[str]:
 
 
 def assert_same_data(a, b) -> None:
-    assert a.tokenizer.fingerprint() == b.tokenizer.fingerprint()
+    assert a.tokenizer.digest() == b.tokenizer.digest()
     for split in ("train", "val"):
         x, y = a.open(split), b.open(split)
         assert np.array_equal(x.tokens, y.tokens) and np.array_equal(x.doc_offsets, y.doc_offsets)
@@ -73,9 +73,10 @@ def clean(tmp_path_factory, tiny_corpus):
 
 CHILD = """
 import os, signal, sys
-from packlm.data import cache_entry, tokenizer_cache
+from packlm.cache import entry as cache_entry
+from packlm.tokenizer import cache as tokenizer_cache
 from packlm.data.config import DataConfig
-from packlm.data.pipeline import prepare_stores
+from packlm.data.store.cache import prepare_stores
 from packlm.tokenizer import formats
 import packlm.tokenizer
 from packlm.tokenizer.config import TokenizerConfig
@@ -171,7 +172,7 @@ def test_a_changed_cached_tokenizer_is_retrained_with_the_reason(
     caplog.set_level(logging.INFO)
     again = prepare(tiny_corpus, cache)
     (line,) = [m for m in messages(caplog) if m.startswith("training the tokenizer")]
-    assert "cannot be loaded" in line and "do not match the fingerprint" in line
+    assert "cannot be loaded" in line and "do not match the digest" in line
     assert_same_data(again, clean)
 
 

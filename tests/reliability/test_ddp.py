@@ -17,17 +17,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_helpers import (
-    assert_same_weights,
-    checkpoint_step,
-    run_train,
-    subprocess_env,
-    tiny_overrides,
-    train_command,
-)
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from packlm.callbacks.batch_fingerprints import ENV, read_fingerprints
+from helpers.runs import (
+    assert_same_weights,
+    checkpoint_step,
+    reliability_overrides,
+    run_train,
+    subprocess_env,
+    train_command,
+)
+from packlm.callbacks.batch_hashes import ENV, read_batch_hashes
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ STEPS = 6
 
 
 def args(corpus, cache, *extra: str) -> list[str]:
-    return tiny_overrides(corpus, cache, f"trainer.max_steps={STEPS}", *extra)
+    return reliability_overrides(corpus, cache, f"trainer.max_steps={STEPS}", *extra)
 
 
 def losses(run: Path) -> list[float]:
@@ -47,7 +47,7 @@ def losses(run: Path) -> list[float]:
 
 def rows_by_rank(path: Path) -> dict[tuple[int, int], list[str]]:
     """(step, rank) -> row hashes of that rank's batch."""
-    return {(step, rank): rows for step, _, rank, _, rows in read_fingerprints(path)}
+    return {(step, rank): rows for step, _, rank, _, rows in read_batch_hashes(path)}
 
 
 def all_files(root: Path) -> set[str]:
@@ -124,7 +124,7 @@ def test_a_sweep_with_ddp_creates_one_directory_per_job(tiny_corpus, cache_dir, 
         assert (sweep / job / "train_ddp_process_1.log").is_file()
         assert len(losses(sweep / job)) == 2
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
-    ranks = Counter(rank for _, _, rank, _, _ in read_fingerprints(prints))
+    ranks = Counter(rank for _, _, rank, _, _ in read_batch_hashes(prints))
     assert ranks == {0: 4, 1: 4}  # 2 jobs x 2 steps on each rank
 
 
@@ -148,7 +148,7 @@ def test_a_signal_stops_every_rank_at_the_same_step_with_one_checkpoint(
         start_new_session=True,  # its own process group, like a job in a terminal
     )  # fmt: skip
     deadline = time.monotonic() + 120
-    while not (prints.exists() and any(s >= 3 for s, *_ in read_fingerprints(prints))):
+    while not (prints.exists() and any(s >= 3 for s, *_ in read_batch_hashes(prints))):
         assert proc.poll() is None and time.monotonic() < deadline, "no step 3"
         time.sleep(0.01)
     if signum == signal.SIGTERM:
@@ -160,7 +160,7 @@ def test_a_signal_stops_every_rank_at_the_same_step_with_one_checkpoint(
     step = checkpoint_step(run / "checkpoints" / "last.ckpt")
     assert 4 <= step < 40
     last_steps = {
-        rank: max(s for s, _, r, _, _ in read_fingerprints(prints) if r == rank) for rank in (0, 1)
+        rank: max(s for s, _, r, _, _ in read_batch_hashes(prints) if r == rank) for rank in (0, 1)
     }
     assert last_steps == {0: step - 1, 1: step - 1}  # both ranks trained exactly up to the stop
     assert f"stopped by {signal.Signals(signum).name} after step" in output

@@ -4,7 +4,7 @@ Already in the default suite (and named in docs/reliability.md):
 - tests/tokenizer/test_properties.py: decode(encode(s)) == s for arbitrary Unicode mixed with
   special-token look-alikes (300 strings), and 10,000 strings in the slow suite
   (test_roundtrip_many);
-- tests/data/test_plan_properties.py: random store shapes and configs (150 cases each):
+- tests/data/epoch/test_plan_properties.py: random store shapes and configs (150 cases each):
   every sample inside its sequence, no sample twice, the statistics equal the batches.
 
 Added here: the same plan properties on 3,000 cases each (slow), and the rank sharding
@@ -14,19 +14,20 @@ equal numbers of batches.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
-import test_plan_properties as plan_properties  # noqa: E402
-
-from packlm.data.dataset import PlanSampler  # noqa: E402
+from helpers.plan_properties import (
+    check_samples_follow_the_reference,
+    check_statistics_match_the_batches,
+    plan_cases,
+)
+from helpers.plans import plan_of
+from packlm.data.epoch.sampler import PlanSampler
 
 SLOW = settings(
     max_examples=3_000,
@@ -39,18 +40,16 @@ FAST = settings(max_examples=60, deadline=None, database=None)
 
 @pytest.mark.slow
 @SLOW
-@given(plan_properties.cases())
+@given(plan_cases())
 def test_plan_samples_stay_inside_their_sequence_many(case):
-    plan_properties.test_samples_follow_the_reference_and_stay_inside_their_sequence.hypothesis.inner_test(
-        case
-    )
+    check_samples_follow_the_reference(case)
 
 
 @pytest.mark.slow
 @SLOW
-@given(plan_properties.cases())
+@given(plan_cases())
 def test_plan_statistics_match_the_batches_many(case):
-    plan_properties.test_statistics_match_the_batches.hypothesis.inner_test(case)
+    check_statistics_match_the_batches(case)
 
 
 def samples_of(batches) -> list[tuple]:
@@ -76,7 +75,7 @@ def samples_of(batches) -> list[tuple]:
 
 def check_sharding(case, world: int, batch_size: int) -> None:
     lengths, cfg, epoch, mix = case
-    plan = plan_properties.plan_of(lengths, cfg, epoch, **mix)
+    plan = plan_of(lengths, cfg, epoch, **mix)
     expected = samples_of([plan_properties_batch(plan, np.arange(plan.n_samples))])
     per_rank = []
     for rank in range(world):
@@ -91,19 +90,19 @@ def check_sharding(case, world: int, batch_size: int) -> None:
 
 
 def plan_properties_batch(plan, ids):
-    from packlm.data.dataset import BatchPieces
+    from packlm.data.epoch.sampler import BatchPieces
 
     return BatchPieces(len(ids), np.stack(plan.pieces(plan.sample_ids(ids))))
 
 
 @FAST
-@given(plan_properties.cases(), st.integers(1, 4), st.integers(1, 5))
+@given(plan_cases(), st.integers(1, 4), st.integers(1, 5))
 def test_ranks_together_yield_every_planned_sample_once(case, world, batch_size):
     check_sharding(case, world, batch_size)
 
 
 @pytest.mark.slow
 @SLOW
-@given(plan_properties.cases(), st.integers(1, 8), st.integers(1, 9))
+@given(plan_cases(), st.integers(1, 8), st.integers(1, 9))
 def test_ranks_together_yield_every_planned_sample_once_many(case, world, batch_size):
     check_sharding(case, world, batch_size)

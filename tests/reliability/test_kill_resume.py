@@ -19,17 +19,17 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from reliability_helpers import (
+
+from helpers.runs import (
     assert_same_weights,
     checkpoint_step,
+    reliability_overrides,
     run_train,
     subprocess_env,
-    tiny_overrides,
     train_command,
 )
-
-from packlm.callbacks import AtomicCheckpointIO, BatchFingerprints, TrainingStopped
-from packlm.callbacks.batch_fingerprints import ENV, read_fingerprints
+from packlm.callbacks import AtomicCheckpointIO, BatchHashes, TrainingStopped
+from packlm.callbacks.batch_hashes import ENV, read_batch_hashes
 from packlm.train import train
 
 MAX_STEPS = 8
@@ -49,7 +49,7 @@ class SignalAt(L.Callback):
 
 def by_step(path: Path) -> dict[int, str]:
     """global step -> batch hash (the last line of a step wins: a resumed run repeats none)."""
-    return {step: whole for step, _, _, whole, _ in read_fingerprints(path)}
+    return {step: whole for step, _, _, whole, _ in read_batch_hashes(path)}
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +62,8 @@ def reference(tmp_path_factory, tiny_corpus, cache_dir):
     run = tmp_path_factory.mktemp("reference")
     prints = run / "batches.txt"
     with initialize_config_dir(CONFIG_DIR, version_base=None):
-        cfg = compose("config", overrides=tiny_overrides(tiny_corpus, cache_dir))
-    train(cfg, run_dir=run, callbacks=[BatchFingerprints(prints)])
+        cfg = compose("config", overrides=reliability_overrides(tiny_corpus, cache_dir))
+    train(cfg, run_dir=run, callbacks=[BatchHashes(prints)])
     return run, by_step(prints)
 
 
@@ -86,7 +86,7 @@ def test_a_signal_stops_after_the_step_with_a_checkpoint_and_resume_is_exact(
     assert stopped.value.exit_code == 128 + signum
 
     prints = tmp_path / "resumed.txt"
-    train(compose_tiny(f"ckpt_path={last}"), callbacks=[BatchFingerprints(prints)])
+    train(compose_tiny(f"ckpt_path={last}"), callbacks=[BatchHashes(prints)])
     resumed = by_step(prints)
     assert sorted(resumed) == list(range(step + 1, MAX_STEPS))
     assert resumed == {s: ref_batches[s] for s in resumed}
@@ -169,7 +169,7 @@ SUB_STEPS = 12
 
 
 def sub_args(corpus, cache, run: Path, *extra: str) -> list[str]:
-    return tiny_overrides(
+    return reliability_overrides(
         corpus, cache, f"trainer.max_steps={SUB_STEPS}", f"hydra.run.dir={run}", *extra
     )
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from packlm.data.default_corpus import iter_default_documents
+from packlm.data.store.default_corpus import iter_default_documents
 from packlm.tokenizer import Tokenizer, train_bpe_from_iterator
 
 SPECIALS = ["<|endoftext|>", "<|pad|>"]

@@ -99,17 +99,17 @@ def test_token_byte_lengths(small_tokenizer, stdlib_docs):
     assert tok.token_bytes(ids[0]) == text.encode()[: lengths[ids[0]]]
 
 
-def test_fingerprint(small_vocab, small_tokenizer):
+def test_digest(small_vocab, small_tokenizer):
     vocab, merges = small_vocab
-    fp = small_tokenizer.fingerprint()
-    assert len(fp) == 64 and fp == Tokenizer(vocab, merges, [EOT, "<|pad|>"]).fingerprint()
-    assert fp == pickle.loads(pickle.dumps(small_tokenizer)).fingerprint()
+    fp = small_tokenizer.digest()
+    assert len(fp) == 64 and fp == Tokenizer(vocab, merges, [EOT, "<|pad|>"]).digest()
+    assert fp == pickle.loads(pickle.dumps(small_tokenizer)).digest()
     others = [
         Tokenizer(vocab, merges[:-1], [EOT, "<|pad|>"]),
         Tokenizer(vocab, merges, [EOT, "<|pad|>"], pattern="cl100k"),
         Tokenizer(vocab, merges, ["<|pad|>", EOT]),
     ]
-    assert len({fp, *(t.fingerprint() for t in others)}) == 4
+    assert len({fp, *(t.digest() for t in others)}) == 4
 
 
 def test_pickle_roundtrip(small_tokenizer, stdlib_docs):
@@ -189,9 +189,9 @@ def test_encode_iterable_memory_is_bounded(small_vocab, stdlib_docs, engine):
 def test_full_default_corpus_at_32k():
     """The benchmark's setting: both merge loops agree, and so do both engines."""
     pytest.importorskip("tiktoken")
-    from packlm.data.default_corpus import iter_default_documents
+    from packlm.data.store.default_corpus import iter_default_documents
     from packlm.tokenizer import train_bpe_from_iterator
-    from packlm.tokenizer.train import _bpe
+    from packlm.tokenizer.training.bpe import _bpe
 
     docs = [text for _, text in iter_default_documents()]
     vocab, merges = train_bpe_from_iterator(docs, 32768, [EOT])
@@ -208,7 +208,7 @@ def test_full_default_corpus_at_32k():
 @pytest.mark.slow
 def test_hf_export_on_default_corpus(tmp_path, small_tokenizer):
     tokenizers = pytest.importorskip("tokenizers")
-    from packlm.data.default_corpus import iter_default_documents
+    from packlm.data.store.default_corpus import iter_default_documents
 
     small_tokenizer.save_hf(tmp_path / "tokenizer.json")
     hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from packlm.tokenizer import Tokenizer, counting, train_bpe, train_bpe_from_iterator
+from packlm.tokenizer import Tokenizer, train_bpe, train_bpe_from_iterator
+from packlm.tokenizer.training import counting
 
 EOT = "<|endoftext|>"
 

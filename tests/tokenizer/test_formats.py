@@ -31,12 +31,12 @@ def test_save_load_roundtrip(tmp_path, small_tokenizer, stdlib_docs):
         "vocab.json",
     ]  # no temporary files left
     loaded = Tokenizer.load(tmp_path / "tok")
-    assert loaded.fingerprint() == small_tokenizer.fingerprint()
+    assert loaded.digest() == small_tokenizer.digest()
     assert loaded.special_token_ids == small_tokenizer.special_token_ids
     text = stdlib_docs[7][:10_000] + EOT + "€"
     assert loaded.encode(text) == small_tokenizer.encode(text)
     small_tokenizer.save(tmp_path / "tok")  # overwriting is fine
-    assert Tokenizer.load(tmp_path / "tok").fingerprint() == small_tokenizer.fingerprint()
+    assert Tokenizer.load(tmp_path / "tok").digest() == small_tokenizer.digest()
 
 
 def _corrupt(directory, name, change):
@@ -49,7 +49,7 @@ def _corrupt(directory, name, change):
     [
         ("vocab.json", lambda b: b[: len(b) // 2], "vocab.json: not valid JSON"),
         ("vocab.json", lambda b: b.replace(b'"a": ', b'"a b": ', 1), "vocab.json: bad entry"),
-        ("merges.txt", lambda b: b[: b.rindex(b"\n", 0, len(b) - 1) + 1], "fingerprint"),
+        ("merges.txt", lambda b: b[: b.rindex(b"\n", 0, len(b) - 1) + 1], "digest"),
         ("merges.txt", lambda b: b[:-3], "merges.txt"),
         ("merges.txt", lambda b: b + b"x y z\n", r"merges.txt:\d+: expected two"),
         ("merges.txt", lambda b: b.replace(b"\n", b"\n\xff", 1), "merges.txt: not valid UTF-8"),
@@ -86,7 +86,7 @@ def test_from_files_with_and_without_version_line(tmp_path, small_tokenizer):
     (tmp_path / "plain.txt").write_text(merges.split("\n", 1)[1], encoding="utf-8")
     a = Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt", [EOT, "<|pad|>"])
     b = Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "plain.txt", [EOT, "<|pad|>"])
-    assert a.fingerprint() == b.fingerprint() == small_tokenizer.fingerprint()
+    assert a.digest() == b.digest() == small_tokenizer.digest()
 
 
 def test_gpt2_files_layout(gpt2_tokenizer):

@@ -1,6 +1,6 @@
 """Lightning callbacks of the training run: budgets, checkpoints, TensorBoard pictures and text."""
 
-from packlm.callbacks.batch_fingerprints import BatchFingerprints
+from packlm.callbacks.batch_hashes import BatchHashes
 from packlm.callbacks.batch_images import BatchImages
 from packlm.callbacks.budget import SupervisedTokenBudget
 from packlm.callbacks.checkpoint_extras import CheckpointExtras
@@ -15,7 +15,7 @@ from packlm.callbacks.token_axis import SupervisedTokenAxis
 
 __all__ = [
     "AtomicCheckpointIO",
-    "BatchFingerprints",
+    "BatchHashes",
     "BatchImages",
     "CheckpointExtras",
     "GracefulStop",

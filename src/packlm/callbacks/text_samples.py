@@ -6,7 +6,7 @@ import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from packlm.sampling import sample_text
+from packlm.model.sampling import sample_text
 
 
 class TextSamples(L.Callback):

@@ -21,7 +21,7 @@ ENCODING_ERRORS = ("strict", "replace", "skip")
 
 @dataclass
 class DataConfig:
-    # --- sources -> documents (packlm.data.sources) ---
+    # --- sources -> documents (packlm.data.store.sources) ---
     sources: list[Any] = field(default_factory=lambda: ["default"])
     """Entries: "default" (the embedded stdlib corpus), a path or glob of text files, a .jsonl
     file, or a mapping {path: ..., weight: ...} to mix sources by weight."""
@@ -36,7 +36,7 @@ class DataConfig:
     encoding_errors: str = "strict"
     """Non-UTF-8 input: strict (error with path and byte offset), replace (U+FFFD), skip (drop the document)."""
 
-    # --- store -> epoch plan -> samples (packlm.data.plan) ---
+    # --- store -> epoch plan -> samples (packlm.data.epoch.plan) ---
     window: int = 256
     """T: input positions per sample; a sample reads T+1 tokens."""
     stride: int = 256

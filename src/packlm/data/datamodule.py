@@ -24,11 +24,14 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from packlm.data.config import ConfigError, DataConfig, source_weight
-from packlm.data.dataset import PlanDataLoader, PlanSampler, WindowDataset, plan_fingerprint
-from packlm.data.plan import EpochPlan, build_plan, validation_config
-from packlm.data.stats import plan_statistics
-from packlm.data.store import TokenStore
+from packlm.data.config import DataConfig, source_weight
+from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
+from packlm.data.epoch.plan import EpochPlan, build_plan
+from packlm.data.epoch.sampler import PlanSampler
+from packlm.data.epoch.statistics import plan_statistics
+from packlm.data.epoch.windows import validation_config
+from packlm.data.store.token_store import TokenStore
+from packlm.errors import ConfigError
 from packlm.tokenizer.config import TokenizerConfig
 
 log = logging.getLogger(__name__)
@@ -38,7 +41,7 @@ class PackedDataModule(L.LightningDataModule):
     """Batches of DESIGN.md from `data.*`; build with the data keys as keyword arguments
     (`PackedDataModule(window=128, ...)`, as Hydra's `_target_` does) or `data=DataConfig(...)`.
 
-    `prepared` (a `packlm.data.pipeline.PreparedData`) skips building: tests and tools that
+    `prepared` (a `packlm.data.store.cache.PreparedData`) skips building: tests and tools that
     already have stores pass it.
     """
 
@@ -82,7 +85,7 @@ class PackedDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         """Train or load the tokenizer and build the stores (cached; Lightning: once per node)."""
         if self.prepared is None:
-            from packlm.data.pipeline import prepare_stores
+            from packlm.data.store.cache import prepare_stores
 
             self.prepared = prepare_stores(
                 self.data, self.tokenizer_config, self.cache_dir, self.progress
@@ -151,7 +154,7 @@ class PackedDataModule(L.LightningDataModule):
         return self._plans[key]
 
     def plan_statistics(self, epoch: int, split: str = "train") -> dict[str, Any]:
-        """`packlm.data.stats.plan_statistics` of one epoch, with per-source counts (cached:
+        """`packlm.data.epoch.statistics.plan_statistics` of one epoch, with per-source counts (cached:
         the token budget and the epoch's logging both ask for epoch 0)."""
         key = (split, epoch)
         if key not in self._stats:
@@ -193,9 +196,7 @@ class PackedDataModule(L.LightningDataModule):
             WindowDataset(store.path, cfg.window, store.pad_id),
             sampler,
             packing=cfg.packing,
-            fingerprint=plan_fingerprint(
-                cfg, store, self.source_weights if split == "train" else None
-            ),
+            signature=plan_signature(cfg, store, self.source_weights if split == "train" else None),
             num_workers=self.data.num_workers,
         )
 

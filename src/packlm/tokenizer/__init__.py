@@ -1,7 +1,19 @@
-"""Byte-level BPE: train (`train_bpe`, `train_bpe_from_iterator`) and use (`Tokenizer`)."""
+"""Byte-level BPE: text <-> ids, trained on the corpus or loaded from files.
+
+1. `config.py`: the `tokenizer` config group (vocab size, special tokens, pattern, path).
+2. `pretokenize.py`: text -> pre-tokens by the GPT-2 style regex (with `regex`), cut at
+   special tokens, which are never merged.
+3. `training/`: pre-token counts -> merges (C loop, Python fallback) -> a `Tokenizer`.
+4. `tokenizer.py` + `encoder.py`: `Tokenizer` encodes (through tiktoken with packlm's merges
+   when installed, else the Python encoder: the same ids) and decodes.
+5. `formats.py` / `hf.py`: GPT-2's vocab.json + merges.txt, packlm's saved directory, the
+   Hugging Face tokenizer.json export.
+6. `cache.py`: `get_tokenizer` -> `tokenizer.path`, or the tokenizer trained on the training
+   documents, cached under `<cache_dir>/tokenizers/<digest>`.
+"""
 
 from packlm.tokenizer.pretokenize import CL100K_PATTERN, GPT2_PATTERN
 from packlm.tokenizer.tokenizer import Tokenizer
-from packlm.tokenizer.train import train_bpe, train_bpe_from_iterator
+from packlm.tokenizer.training.bpe import train_bpe, train_bpe_from_iterator
 
 __all__ = ["CL100K_PATTERN", "GPT2_PATTERN", "Tokenizer", "train_bpe", "train_bpe_from_iterator"]

@@ -2,8 +2,8 @@
 
 GPT-2 writes each token's bytes as printable characters (its byte-to-unicode map), so
 the files are JSON and text. A saved directory is those two files plus
-tokenizer_config.json (pattern, special tokens, fingerprint); loading recomputes the
-fingerprint, so a corrupt or half-written directory fails loudly instead of encoding
+tokenizer_config.json (pattern, special tokens, digest); loading recomputes the
+digest, so a corrupt or half-written directory fails loudly instead of encoding
 differently. Every file is written to a temporary name and renamed into place.
 """
 
@@ -131,7 +131,7 @@ def merges_txt(merges: list[tuple[bytes, bytes]]) -> str:
 
 
 def save_dir(tokenizer, directory: str | os.PathLike) -> None:
-    """Config last: it holds the fingerprint that vouches for the other two files."""
+    """Config last: it holds the digest that vouches for the other two files."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     vocab = {i: tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size)}
@@ -143,7 +143,7 @@ def save_dir(tokenizer, directory: str | os.PathLike) -> None:
         "pattern": tokenizer.pattern,
         "special_tokens": tokenizer.special_tokens,
         "vocab_size": tokenizer.vocab_size,
-        "fingerprint": tokenizer.fingerprint(),
+        "digest": tokenizer.digest(),
     }
     write_atomic(directory / CONFIG, json.dumps(config, ensure_ascii=False, indent=2) + "\n")
 
@@ -157,7 +157,7 @@ def load_dir(cls, directory: str | os.PathLike, **kwargs):
         config = json.loads(_read_text(config_path, "config"))
         if config.get("format") != FORMAT or config.get("version") != VERSION:
             raise ValueError(f"format {config.get('format')!r} v{config.get('version')!r}")
-        specials, pattern, fp = config["special_tokens"], config["pattern"], config["fingerprint"]
+        specials, pattern, fp = config["special_tokens"], config["pattern"], config["digest"]
     except (json.JSONDecodeError, ValueError, KeyError, AttributeError, TypeError) as e:
         raise ValueError(f"{config_path}: not a packlm tokenizer config ({e!r})") from None
     vocab = read_vocab_json(directory / VOCAB, specials)
@@ -166,9 +166,9 @@ def load_dir(cls, directory: str | os.PathLike, **kwargs):
         tokenizer = cls(vocab, merges, specials, pattern, **kwargs)
     except ValueError as e:
         raise ValueError(f"{directory}: {VOCAB}/{MERGES} do not form a tokenizer: {e}") from None
-    if tokenizer.fingerprint() != fp:
+    if tokenizer.digest() != fp:
         raise ValueError(
-            f"{directory}: {VOCAB}/{MERGES} do not match the fingerprint in "
+            f"{directory}: {VOCAB}/{MERGES} do not match the digest in "
             f"{CONFIG} (corrupt or partly written)"
         )
     return tokenizer

@@ -95,7 +95,7 @@ class Tokenizer:
                 self._byte_ids,
                 self.pattern_regex,
                 reference,
-                f"packlm-{self.fingerprint()}",
+                f"packlm-{self.digest()}",
             )
             if fast is None and self.engine_request == "tiktoken":
                 raise ValueError(
@@ -173,7 +173,7 @@ class Tokenizer:
         lengths[list(self.special_token_ids.values())] = 0
         return lengths
 
-    def fingerprint(self) -> str:
+    def digest(self) -> str:
         """sha256 over pattern, special tokens, vocab and merges: same digest, same ids."""
         h = hashlib.sha256(b"packlm-bpe-1\0")
         h.update(self.pattern_regex.encode("utf-8") + b"\0")

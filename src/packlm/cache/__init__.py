@@ -1,0 +1,13 @@
+"""Cache entries shared by the tokenizer and the token stores.
+
+1. `fingerprint.py`: a fingerprint (the JSON-able dict of everything an artifact was built
+   from) -> its `digest`, the entry's directory name; `describe_change` says why an entry
+   is rebuilt ("tokenizer.vocab_size: 4096 -> 512").
+2. `entry.py`: one entry is a directory that appears whole or not at all: built in a hidden
+   temporary sibling under an exclusive lock, then renamed into place.
+"""
+
+from packlm.cache.entry import locked, replace_dir, temporary_sibling
+from packlm.cache.fingerprint import describe_change, digest, latest
+
+__all__ = ["describe_change", "digest", "latest", "locked", "replace_dir", "temporary_sibling"]

@@ -1,0 +1,45 @@
+"""Epoch time: token store -> epoch plan -> windows -> packing -> samples -> batches.
+
+1. `plan.py`: `build_plan(document lengths, data config, epoch)` -> `EpochPlan`: document
+   order (mixing weights, shuffle), packs, offsets, windows, sample order; a pure function
+   of (store, config, seed, epoch), a few bytes per document and sequence plus one
+   permutation of the samples.
+2. `packing.py`: epoch documents -> sequences (`pack_size`: ordered greedy packs, documents
+   never cut; unlimited: the whole stream is one sequence).
+3. `windows.py`: sequences -> window starts: offset draw, grid, full windows, tail policies,
+   validation windows. Counting and placement come from one function.
+4. `sampler.py`: plan -> this rank's batches as document pieces (rank sharding, resume point).
+5. `loader.py`: pieces -> tokens and segments read from the store memmap (in workers);
+   `PlanDataLoader` keeps the data position in checkpoints, guarded by the plan signature.
+6. `collate.py`: tokens + segments -> the batch of DESIGN.md (input_ids, labels,
+   segment_ids, position_ids).
+7. `statistics.py`: a plan -> what it does to the data (fill, target multiplicity, overlap,
+   per source), without reading a token.
+
+`indexing.py` holds the index dtype and interval lookup the plan's arrays share.
+"""
+
+from packlm.data.epoch.collate import IGNORE_INDEX, Samples, collate
+from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
+from packlm.data.epoch.plan import EpochPlan, build_plan
+from packlm.data.epoch.sampler import BatchPieces, PlanSampler
+from packlm.data.epoch.statistics import plan_statistics, to_json
+from packlm.data.epoch.windows import SequenceWindows, sequence_windows, validation_config
+
+__all__ = [
+    "IGNORE_INDEX",
+    "BatchPieces",
+    "EpochPlan",
+    "PlanDataLoader",
+    "PlanSampler",
+    "Samples",
+    "SequenceWindows",
+    "WindowDataset",
+    "build_plan",
+    "collate",
+    "plan_signature",
+    "plan_statistics",
+    "sequence_windows",
+    "to_json",
+    "validation_config",
+]

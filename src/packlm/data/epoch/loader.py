@@ -1,0 +1,166 @@
+"""Document pieces -> batches: the worker-side read from the store, and the resumable loader.
+
+`WindowDataset` turns one batch's pieces into token and segment arrays (in a worker);
+`PlanDataLoader` collates them and keeps the data position in Lightning's checkpoints,
+guarded by the plan signature: the data keys, mixing weights and store identity that
+decide the plans, so a resume with other data settings is refused instead of drifting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch.utils.data import DataLoader, Dataset
+
+from packlm.data.config import DataConfig
+from packlm.data.epoch.collate import Samples, collate_arrays, to_tensors
+from packlm.data.epoch.sampler import BatchPieces, PlanSampler
+from packlm.data.store.token_store import TokenStore
+from packlm.errors import ConfigError
+
+PLAN_KEYS = (
+    "window",
+    "stride",
+    "random_offset",
+    "tail",
+    "packing",
+    "pack_size",
+    "shuffle",
+    "shuffle_documents",
+    "batch_size",
+    "seed",
+)
+
+
+class WindowDataset(Dataset):
+    """BatchPieces -> Samples, read from the store's memmap (only the tokens the pieces name)."""
+
+    def __init__(self, store_path: str | Path, window: int, pad_id: int):
+        self.store_path = Path(store_path)
+        self.window = window
+        self.pad_id = pad_id
+        self._store: TokenStore | None = None
+
+    @property
+    def store(self) -> TokenStore:
+        if self._store is None:  # opened lazily, once per process
+            self._store = TokenStore.open(self.store_path)
+        return self._store
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_store": None}  # memmaps are reopened, never pickled
+
+    def __getitem__(self, batch: BatchPieces) -> Samples:
+        row, doc, start, length = batch.pieces  # [p] each, rows in order
+        t1 = self.window + 1
+        tokens = np.full((batch.rows, t1), self.pad_id, dtype=np.int64)
+        segments = np.full((batch.rows, t1), -1, dtype=np.int32)
+        p = len(row)
+        if p:
+            first = np.ones(p, dtype=bool)
+            first[1:] = row[1:] != row[:-1]
+            # [p]: index of the first piece of each piece's row
+            run = np.maximum.accumulate(np.where(first, np.arange(p), 0))
+            segment = np.arange(p) - run
+            ends = np.cumsum(length)
+            column = ends - length - (ends - length)[run]  # [p] where each piece starts in its row
+            piece = np.repeat(np.arange(p), length)  # [n] piece of each token
+            within = np.arange(len(piece)) - (ends - length)[piece]
+            source = self.store.doc_offsets[doc][piece] + start[piece] + within
+            tokens[row[piece], column[piece] + within] = self.store.tokens[source]
+            segments[row[piece], column[piece] + within] = segment[piece]
+        return Samples(tokens, segments)
+
+
+class PlanDataLoader(DataLoader):
+    """A DataLoader over a PlanSampler; Lightning saves its `state_dict` in checkpoints.
+
+    The state counts the batches this loader handed out (not what workers prefetched), so a
+    restored loader continues with exactly the batch that an uninterrupted run would give.
+    Workers send numpy arrays (fast to pickle); they become tensors here, without a copy.
+    """
+
+    def __init__(
+        self,
+        dataset: WindowDataset,
+        sampler: PlanSampler,
+        packing: str,
+        signature: dict[str, Any],
+        num_workers: int = 0,
+        **kwargs: Any,
+    ):
+        kwargs.setdefault("persistent_workers", num_workers > 0)
+        super().__init__(
+            dataset,
+            sampler=sampler,
+            batch_size=None,
+            collate_fn=partial(collate_arrays, packing=packing),
+            num_workers=num_workers,
+            **kwargs,
+        )
+        self.signature = signature
+
+    def __iter__(self):
+        sampler: PlanSampler = self.sampler
+        inner = super().__iter__()  # runs at the first next(), after Lightning's set_epoch
+        sampler.start = 0  # the resume point applies to one pass (iter(sampler) may run twice)
+        for batch in inner:
+            sampler.consumed = min(sampler.plan.n_samples, sampler.consumed + sampler.step)
+            yield to_tensors(batch)
+
+    def state_dict(self) -> dict[str, Any]:
+        sampler: PlanSampler = self.sampler
+        return {
+            "epoch": sampler.epoch,
+            "consumed": sampler.consumed,
+            "world_size": sampler.world_size,
+            "plan_signature": self.signature,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_plan_signature(state.get("plan_signature", {}), self.signature)
+        saved_world = state.get("world_size", self.sampler.world_size)
+        if saved_world != self.sampler.world_size:
+            # Lightning restores the epoch's finished batches per rank: with another rank
+            # count they stand for another number of samples, and the epoch would end early.
+            raise ConfigError(
+                f"cannot resume the data position: the checkpoint was written by {saved_world} "
+                f"rank(s), this run has {self.sampler.world_size}; resume with "
+                f"trainer.devices x trainer.num_nodes = {saved_world}"
+            )
+        self.sampler.resume(int(state["epoch"]), int(state["consumed"]))
+
+
+def plan_signature(
+    cfg: DataConfig, store: TokenStore, weights: list[float] | None
+) -> dict[str, Any]:
+    """What decides the plans: the data keys, the mixing weights and the store's identity."""
+    identity = json.dumps(store.manifest.get("fingerprint"), sort_keys=True, default=str)
+    out: dict[str, Any] = {f"data.{k}": getattr(cfg, k) for k in PLAN_KEYS}
+    out["data.sources weights"] = list(weights) if weights else None
+    out["store"] = {
+        "documents": store.n_docs,
+        "tokens": store.n_tokens,
+        "fingerprint": hashlib.sha256(identity.encode()).hexdigest()[:16],
+    }
+    return out
+
+
+def check_plan_signature(saved: dict[str, Any], current: dict[str, Any]) -> None:
+    """Raise ConfigError naming every key whose value differs from the checkpoint's."""
+    changed = [
+        f"{k}: {saved.get(k)!r} in the checkpoint, {current.get(k)!r} now"
+        for k in sorted(set(saved) | set(current))
+        if saved.get(k) != current.get(k)
+    ]
+    if changed:
+        raise ConfigError(
+            "cannot resume the data position: the data config differs from the checkpoint's ("
+            + "; ".join(changed)
+            + "). Resume with the same data settings, or start a new run."
+        )

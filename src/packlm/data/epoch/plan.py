@@ -1,0 +1,245 @@
+"""The epoch plan: (document lengths, data config, seed, epoch) -> every sample of the epoch.
+
+A pure function, so every rank and worker computes the same plan and a restart rebuilds it
+instead of storing it. Coordinates: the epoch's documents (after mixing and shuffling) laid
+end to end form the *stream*; a sequence is an interval of the stream (one document, a pack,
+or the whole stream) and a sample is (stream start g, tokens read R <= T+1) inside one
+sequence. Samples are never materialized as objects: sample i of sequence s is computed from
+s's start, length and offset, so memory is a few bytes per document and per sequence plus
+one int32 permutation of the samples.
+
+Mixing rule: a source with weight w contributes every one of its n documents floor(w) times,
+plus round(frac(w) * n) of them once more, drawn without replacement afresh each epoch. The
+weight is thus the expected number of times each document is seen per epoch (1 = natural).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from packlm.data.config import DataConfig
+from packlm.data.epoch.indexing import index_dtype, interval_of
+from packlm.data.epoch.packing import make_sequences
+from packlm.data.epoch.windows import place_windows, sequence_windows, window_start
+
+GROUP = 32
+"""Stream positions are stored for every GROUP-th epoch document (8/GROUP bytes a document)."""
+_CHUNK = GROUP * 32768
+_DOCS, _MIX, _OFFSETS, _SAMPLES = range(4)  # independent random streams of one epoch
+
+
+def plan_rng(seed: int, epoch: int, purpose: int) -> np.random.Generator:
+    """The generator of one purpose in one epoch: independent of every other (seed, epoch, purpose)."""
+    return np.random.default_rng([seed % 2**64, epoch, purpose])
+
+
+@dataclass
+class EpochPlan:
+    """One epoch's samples, stored per document and per sequence (see the module doc)."""
+
+    window: int
+    stride: int
+    tail: str
+    packing: str
+    seed: int
+    epoch: int
+    # int64 [n_docs]: the store's document lengths (shared, not owned)
+    doc_lengths: np.ndarray
+    # int32 [n_ord]: the store document of each epoch document
+    order: np.ndarray
+    # int64 [ceil(n_ord/GROUP)+1]: stream start of epoch documents 0, G, 2G, ..., then the total
+    anchors: np.ndarray
+    # int64 [n_seq+1]: first epoch document of each sequence, then n_ord; None: one per document
+    seq_first: np.ndarray | None
+    # int32 [n_seq]: first window start of each sequence; None: all 0
+    offsets: np.ndarray | None
+    # int64 [n_seq+1]: samples before each sequence
+    window_cum: np.ndarray
+    # int32 [S]: the sample at each position of the epoch; None: in plan order
+    sample_order: np.ndarray | None
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.window_cum[-1])
+
+    @property
+    def n_sequences(self) -> int:
+        return len(self.window_cum) - 1
+
+    @property
+    def n_documents(self) -> int:
+        return len(self.order)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens of the epoch stream (every document copy counted)."""
+        return int(self.anchors[-1])
+
+    def doc_start(self, j: np.ndarray) -> np.ndarray:
+        """int64 stream start of epoch documents j (j = n_ord gives the total)."""
+        j = np.asarray(j, dtype=np.int64)
+        group = j // GROUP
+        # [n, G-1]: the epoch documents of j's group, masked to those before j
+        k = group[:, None] * GROUP + np.arange(GROUP - 1)
+        lens = self._lengths(k) * (k < j[:, None])
+        return self.anchors[group] + lens.sum(axis=1)
+
+    def locate(self, g: np.ndarray) -> np.ndarray:
+        """int64 epoch document holding stream position g (0 <= g < n_tokens)."""
+        g = np.asarray(g, dtype=np.int64)
+        group = interval_of(self.anchors, g)
+        k = group[:, None] * GROUP + np.arange(GROUP)  # [n, G]
+        ends = self.anchors[group][:, None] + np.cumsum(self._lengths(k), axis=1)  # [n, G]
+        return group * GROUP + (ends <= g[:, None]).sum(axis=1)
+
+    def _lengths(self, k: np.ndarray) -> np.ndarray:
+        """Lengths of epoch documents k, 0 past the end."""
+        n = len(self.order)
+        if n == 0:
+            return np.zeros(k.shape, dtype=np.int64)
+        return np.where(k < n, self.doc_lengths[self.order[np.minimum(k, n - 1)]], 0)
+
+    def sequences(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(stream start, length) of sequences s, int64."""
+        s = np.asarray(s, dtype=np.int64)
+        if self.seq_first is None:
+            return self.doc_start(s), self._lengths(s)
+        start = self.doc_start(self.seq_first[s])
+        return start, self.doc_start(self.seq_first[s + 1]) - start
+
+    def sample_ids(self, positions: np.ndarray) -> np.ndarray:
+        """The sample at each position of the epoch order."""
+        positions = np.asarray(positions, dtype=np.int64)
+        if self.sample_order is None:
+            return positions
+        return self.sample_order[positions].astype(np.int64)
+
+    def layout(self, s: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(stream start, length, offset, full windows) of sequences s, int64 [n] each."""
+        start, length, offset, windows = self._sequence_windows(s)
+        return start, length, offset, windows.full
+
+    def windows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sequence, stream start g, tokens read R) of samples ids, int64 [n] each."""
+        ids = np.asarray(ids, dtype=np.int64)
+        s = interval_of(self.window_cum, ids)
+        start, length, offset, windows = self._sequence_windows(s)
+        k = ids - self.window_cum[s]  # window index inside its sequence
+        local, read = window_start(k, length, offset, windows, self.window, self.stride, self.tail)
+        return s, start + local, read
+
+    def _sequence_windows(self, s: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(stream start, length, offset, SequenceWindows) of sequences s."""
+        s = np.asarray(s, dtype=np.int64)
+        start, length = self.sequences(s)
+        offset = np.zeros_like(s) if self.offsets is None else self.offsets[s].astype(np.int64)
+        windows = sequence_windows(length, offset, self.window, self.stride, self.tail)
+        return start, length, offset, windows
+
+    def pieces(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The document pieces of samples ids, in row order: (row, store doc, start in doc, length).
+
+        A sample spans consecutive epoch documents; each piece is one document's part of it.
+        """
+        _, g, r = self.windows(ids)
+        first, last = self.locate(g), self.locate(g + r - 1)  # [n]
+        count = last - first + 1
+        row = np.repeat(np.arange(len(g)), count)  # [p]
+        within = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)
+        j = first[row] + within  # [p] epoch documents
+        doc_start = self.doc_start(j)
+        doc = self.order[j].astype(np.int64)
+        lo = np.maximum(doc_start, g[row])
+        hi = np.minimum(doc_start + self.doc_lengths[doc], (g + r)[row])
+        keep = hi > lo  # drops empty documents
+        return row[keep], doc[keep], (lo - doc_start)[keep], (hi - lo)[keep]
+
+
+def build_plan(
+    doc_lengths: np.ndarray,
+    cfg: DataConfig,
+    epoch: int,
+    doc_sources: np.ndarray | None = None,
+    weights: list[float] | None = None,
+) -> EpochPlan:
+    """The plan of `epoch`: document order -> sequences -> offsets -> windows -> sample order."""
+    lengths = np.asarray(doc_lengths, dtype=np.int64)
+    order = epoch_documents(len(lengths), cfg, epoch, doc_sources, weights)
+    anchors = stream_anchors(order, lengths)
+    seq_first, seq_len = make_sequences(order, lengths, anchors, cfg)
+    if seq_len is None:  # one sequence per document: lengths in chunks, no full temporary
+        n_seq = len(order)
+        chunks = (lengths[order[lo : lo + _CHUNK]] for lo in range(0, n_seq, _CHUNK))
+    else:
+        n_seq = len(seq_len)
+        chunks = (seq_len[lo : lo + _CHUNK] for lo in range(0, n_seq, _CHUNK))
+    offsets, window_cum = place_windows(chunks, n_seq, cfg, plan_rng(cfg.seed, epoch, _OFFSETS))
+    sample_order = None
+    if cfg.shuffle:
+        n = int(window_cum[-1])
+        sample_order = np.arange(n, dtype=index_dtype(n))
+        plan_rng(cfg.seed, epoch, _SAMPLES).shuffle(sample_order)
+    return EpochPlan(
+        window=cfg.window,
+        stride=cfg.stride,
+        tail=cfg.tail,
+        packing=cfg.packing,
+        seed=cfg.seed,
+        epoch=epoch,
+        doc_lengths=lengths,
+        order=order,
+        anchors=anchors,
+        seq_first=seq_first,
+        offsets=offsets,
+        window_cum=window_cum,
+        sample_order=sample_order,
+    )
+
+
+def epoch_documents(
+    n_docs: int,
+    cfg: DataConfig,
+    epoch: int,
+    doc_sources: np.ndarray | None = None,
+    weights: list[float] | None = None,
+) -> np.ndarray:
+    """Store document of each epoch document: mixed by source weight, then shuffled if asked."""
+    dtype = index_dtype(n_docs)
+    if weights is None or all(w == 1.0 for w in weights):
+        order = np.arange(n_docs, dtype=dtype)
+    else:
+        if doc_sources is None:
+            raise ValueError("mixing weights need the store's doc_sources")
+        sources = np.asarray(doc_sources)
+        n_sources = max(len(weights), int(sources.max()) + 1 if n_docs else 0)
+        rng = plan_rng(cfg.seed, epoch, _MIX)
+        parts = []
+        for s in range(n_sources):
+            docs = np.flatnonzero(sources == s).astype(dtype)
+            whole, frac = divmod(float(weights[s]) if s < len(weights) else 1.0, 1.0)
+            parts += [docs] * int(whole)
+            extra = round(frac * len(docs))
+            if extra:
+                parts.append(rng.choice(docs, extra, replace=False))
+        # store order, copies adjacent
+        order = np.sort(np.concatenate([np.zeros(0, dtype), *parts]))
+    if cfg.shuffle_documents:
+        plan_rng(cfg.seed, epoch, _DOCS).shuffle(order)
+    return order
+
+
+def stream_anchors(order: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """int64 [ceil(n/GROUP)+1]: stream start of every GROUP-th epoch document, then the total.
+
+    Computed in chunks so the temporary is bounded whatever the number of documents.
+    """
+    sums = []
+    for lo in range(0, len(order), _CHUNK):
+        lens = lengths[order[lo : lo + _CHUNK]]  # [chunk]
+        sums.append(np.add.reduceat(lens, np.arange(0, len(lens), GROUP)))
+    anchors = np.zeros(len(order) // GROUP + (len(order) % GROUP > 0) + 1, dtype=np.int64)
+    if sums:
+        np.cumsum(np.concatenate(sums), out=anchors[1:])
+    return anchors

@@ -1,0 +1,145 @@
+"""Config -> tokenizer + train and val token stores, cached: the DataModule's one entry point.
+
+`prepare_stores` is idempotent: the first call trains (or loads) the tokenizer and builds
+both stores; later calls with the same fingerprint only stat the sources and open the
+memmaps, so it is safe to call from `prepare_data` on rank 0 and again from `setup` on
+every rank. A changed source, tokenizer or option gives a new fingerprint, hence a new
+cache entry, and the log says what changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packlm.cache.entry import locked
+from packlm.cache.fingerprint import describe_change, digest, latest
+from packlm.data.config import DataConfig
+from packlm.data.store.build import StoreHeader, build_stores
+from packlm.data.store.corpus import Corpus
+from packlm.data.store.encode import available_cores
+from packlm.data.store.token_store import MANIFEST_FILE, StoreError, TokenStore, verify_checksums
+from packlm.errors import ConfigError
+from packlm.tokenizer.cache import get_tokenizer
+from packlm.tokenizer.config import TokenizerConfig
+
+log = logging.getLogger(__name__)
+
+PAD_TOKEN = "<|pad|>"
+PARALLEL_MIN_BYTES = 1 << 20
+"""Below this much source text, worker processes cost more than they save."""
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """Where everything is; plain paths and dicts, so it pickles cheaply into any process."""
+
+    tokenizer: Any
+    """The packlm Tokenizer the stores were encoded with."""
+    tokenizer_dir: Path
+    train_dir: Path
+    val_dir: Path
+    train_manifest: dict[str, Any]
+    val_manifest: dict[str, Any]
+    """The val store has no documents only when data.val_fraction=0 and no data.val_sources."""
+
+    def open(self, split: str) -> TokenStore:
+        """The split's store (memmaps; milliseconds)."""
+        return TokenStore.open({"train": self.train_dir, "val": self.val_dir}[split])
+
+    @property
+    def manifests(self) -> dict[str, dict[str, Any]]:
+        return {"train": self.train_manifest, "val": self.val_manifest}
+
+
+def prepare_stores(
+    data: DataConfig,
+    tokenizer: TokenizerConfig,
+    cache_dir: str | Path,
+    progress: bool = True,
+    num_workers: int | None = None,
+) -> PreparedData:
+    """Train or load the tokenizer, build or reuse both stores, and open them.
+
+    `num_workers`: encoding processes; None uses every core (none for corpora under 1 MB).
+    """
+    data.validate()
+    tokenizer.validate()
+    if PAD_TOKEN not in tokenizer.special_tokens:
+        raise ConfigError(
+            f"tokenizer.special_tokens={list(tokenizer.special_tokens)}: must include {PAD_TOKEN!r} "
+            "(the PAD id of every batch)"
+        )
+    cache_dir = Path(cache_dir).expanduser().resolve()
+    corpus = Corpus.from_config(data)
+    tok, tok_dir = get_tokenizer(
+        tokenizer,
+        corpus.fingerprint(training_only=True),
+        corpus.training_texts,
+        cache_dir,
+        progress,
+    )
+    eos_id = _special_id(tok, tok_dir, tokenizer, tokenizer.special_tokens[0])
+    pad_id = _special_id(tok, tok_dir, tokenizer, PAD_TOKEN)
+    fingerprint = {
+        **corpus.fingerprint(),
+        "tokenizer": tok.digest(),
+        "eos_id": eos_id,
+        "pad_id": pad_id,
+    }
+    header = StoreHeader(fingerprint, eos_id, pad_id)
+    root = cache_dir / "stores"
+    dest = root / digest(fingerprint)
+    stores, problem = _open_cached(dest, fingerprint)
+    if stores is None:
+        with locked(dest):
+            # Another process (a sweep's sibling run) may have built it while we waited.
+            stores, problem = _open_cached(dest, fingerprint)
+            if stores is None:
+                previous = latest(root, f"*/train/{MANIFEST_FILE}", "fingerprint")
+                log.info(
+                    "building token stores in %s: %s",
+                    dest,
+                    problem or describe_change(previous, fingerprint),
+                )
+                workers = _workers(num_workers, corpus.total_bytes)
+                stores = build_stores(corpus, tok, header, dest, workers, progress)
+    train, val = stores
+    return PreparedData(tok, tok_dir, train.path, val.path, train.manifest, val.manifest)
+
+
+def _open_cached(
+    dest: Path, fingerprint: dict[str, Any]
+) -> tuple[tuple[TokenStore, TokenStore] | None, str | None]:
+    """((train, val), None) on a hit; (None, why it is unusable) or (None, None) when absent."""
+    if not dest.exists():
+        return None, None
+    try:
+        stores = TokenStore.open(dest / "train"), TokenStore.open(dest / "val")
+        problem = next(filter(None, (verify_checksums(s.path, s.manifest) for s in stores)), None)
+    except (StoreError, OSError) as e:
+        problem = str(e)
+    if problem:
+        return None, f"the cached store is damaged, rebuilding ({problem})"
+    if any(s.manifest.get("fingerprint") != fingerprint for s in stores):
+        return None, f"the cached store in {dest} was written for another fingerprint, rebuilding"
+    return stores, None
+
+
+def _special_id(tok: Any, tok_dir: Path, cfg: TokenizerConfig, token: str) -> int:
+    ids = tok.special_token_ids
+    if token not in ids:
+        raise ConfigError(
+            f"tokenizer.special_tokens={list(cfg.special_tokens)}: {token!r} is not a special token "
+            f"of the tokenizer in {tok_dir} (it has {list(ids)})"
+        )
+    return int(ids[token])
+
+
+def _workers(requested: int | None, total_bytes: int) -> int:
+    if requested is not None:
+        return requested
+    cores = available_cores()
+    return cores if cores > 1 and total_bytes >= PARALLEL_MIN_BYTES else 0

@@ -1,0 +1,104 @@
+"""The corpus of a data config: resolved sources, reading options and the split rule.
+
+It answers the questions asked before any token exists: which documents train the
+tokenizer (the training split only), and what the stores' contents depend on (the
+fingerprint: sources with sizes and mtimes, and every option that changes documents).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from packlm.data.config import DataConfig
+from packlm.data.store.sources import (
+    ReadCounts,
+    ReadOptions,
+    Source,
+    SourceError,
+    iter_documents,
+    resolve_sources,
+)
+from packlm.data.store.split import HASH, content_hash, is_validation
+
+BUILD_VERSION = 1
+"""Part of every fingerprint: bump it when the same inputs would give other documents or stores."""
+
+
+@dataclass
+class Corpus:
+    sources: list[Source]
+    val_sources: list[Source] | None
+    options: ReadOptions
+    val_fraction: float
+
+    @classmethod
+    def from_config(cls, data: DataConfig) -> Corpus:
+        """Resolve every source now: a missing path or empty glob fails before any work."""
+        val = (
+            None
+            if data.val_sources is None
+            else resolve_sources(list(data.val_sources), "data.val_sources")
+        )
+        return cls(
+            resolve_sources(list(data.sources)),
+            val,
+            ReadOptions.from_config(data),
+            data.val_fraction,
+        )
+
+    @property
+    def hash_split(self) -> bool:
+        """Validation comes from data.sources by content hash (no data.val_sources)."""
+        return self.val_sources is None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.total_bytes for s in self.sources + (self.val_sources or []))
+
+    def goes_to_validation(self, data: bytes) -> bool:
+        """For a document of data.sources: does the hash split send it to validation?"""
+        return self.hash_split and is_validation(content_hash(data), self.val_fraction)
+
+    def training_texts(self) -> Iterator[str]:
+        """The training split's texts, in order (what the tokenizer is trained on)."""
+        counts, n = ReadCounts(), 0
+        for doc in iter_documents(self.sources, self.options, counts):
+            if not self.goes_to_validation(doc.text.encode("utf-8")):
+                n += 1
+                yield doc.text
+        if n == 0:
+            raise self.no_documents(counts)
+
+    def no_documents(self, counts: ReadCounts) -> SourceError:
+        names = [s.name for s in self.sources]
+        why = f"{counts.empty} empty, {counts.skipped_invalid_utf8} skipped as invalid UTF-8"
+        if self.hash_split:
+            why += f", the rest sent to validation by data.val_fraction={self.val_fraction}"
+        return SourceError(f"data.sources={names}: no training documents ({why})")
+
+    def fingerprint(self, training_only: bool = False) -> dict[str, Any]:
+        """What the documents depend on; `training_only`: only what the training split depends on
+        (no val_sources), the key of the tokenizer cache. Mixing weights are applied by the
+        epoch plan, never by the store, so changing one rebuilds nothing."""
+        fp: dict[str, Any] = {
+            "builder": BUILD_VERSION,
+            "split_hash": HASH,
+            "data.sources": [_source_fp(s) for s in self.sources],
+            "data.text_field": self.options.text_field,
+            "data.separator": self.options.separator,
+            "data.encoding_errors": self.options.encoding_errors,
+            "data.val_fraction": self.val_fraction if self.hash_split else None,
+        }
+        if not training_only:
+            fp["data.val_sources"] = (
+                None if self.hash_split else [_source_fp(s) for s in self.val_sources]
+            )
+        return fp
+
+
+def _source_fp(source: Source) -> dict[str, Any]:
+    fp = source.fingerprint()
+    del fp["weight"]  # the plan's business (see fingerprint)
+    return fp

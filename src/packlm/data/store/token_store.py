@@ -1,0 +1,285 @@
+"""The token store: one split's documents as a flat memory-mapped array of token ids.
+
+Layout of a store directory (one per split):
+
+    tokens.bin        all documents' ids back to back, uint16 when the vocab fits, else uint32;
+                      every document ends with one EOS
+    doc_offsets.npy   int64 [n_docs + 1]; document d is tokens[offsets[d]:offsets[d+1]]
+    doc_sources.npy   int32 [n_docs]; index into manifest["sources"] (for mixing weights)
+    doc_ids.txt       one stable id per line ("source:path[:record]"), for tracing samples
+    manifest.json     format version, fingerprint, counts, file sizes, file checksums
+
+Opening is O(1) in the store size (memmaps); a store is written into a temporary directory
+and renamed into place only when complete, so a reader never sees a partial one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packlm.cache.entry import replace_dir, temporary_sibling
+
+FORMAT_VERSION = 1
+TOKENS_FILE = "tokens.bin"
+OFFSETS_FILE = "doc_offsets.npy"
+SOURCES_FILE = "doc_sources.npy"
+IDS_FILE = "doc_ids.txt"
+MANIFEST_FILE = "manifest.json"
+DATA_FILES = (TOKENS_FILE, OFFSETS_FILE, SOURCES_FILE, IDS_FILE)
+CHECKSUM_FULL_BYTES = 16 << 20
+"""Files up to this size are hashed whole; larger ones by CHECKSUM_BLOCKS evenly spaced blocks."""
+CHECKSUM_BLOCKS = 256
+CHECKSUM_BLOCK_BYTES = 64 << 10
+
+
+class StoreError(RuntimeError):
+    """A store directory that is missing, partial, or does not match its manifest."""
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits, else uint32."""
+    return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
+
+
+class TokenStore:
+    """A read-only view of one split: `tokens` and `doc_offsets` are memmaps."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any]):
+        self.path = Path(path)
+        self.manifest = manifest
+        dtype = np.dtype(manifest["dtype"])
+        n_tokens = manifest["counts"]["tokens"]
+        self.tokens = (
+            np.memmap(self.path / TOKENS_FILE, dtype=dtype, mode="r", shape=(n_tokens,))
+            if n_tokens > 0
+            else np.zeros(0, dtype=dtype)
+        )
+        self.doc_offsets: np.ndarray = np.load(self.path / OFFSETS_FILE, mmap_mode="r")
+        self.doc_sources: np.ndarray = np.load(self.path / SOURCES_FILE, mmap_mode="r")
+        self._doc_ids: list[str] | None = None
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> TokenStore:
+        """Open a complete store; raise StoreError if anything is missing or truncated."""
+        path = Path(path)
+        manifest_path = path / MANIFEST_FILE
+        if not manifest_path.is_file():
+            raise StoreError(f"{path}: no {MANIFEST_FILE}; not a complete token store")
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise StoreError(f"{manifest_path}: corrupt manifest ({e})") from e
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise StoreError(
+                f"{manifest_path}: format_version {manifest.get('format_version')!r}, "
+                f"expected {FORMAT_VERSION}"
+            )
+        problem = verify_files(path, manifest)
+        if problem:
+            raise StoreError(problem)
+        return cls(path, manifest)
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.doc_offsets) - 1
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.doc_offsets[-1])
+
+    @property
+    def doc_lengths(self) -> np.ndarray:
+        """int64 [n_docs]: tokens per document, EOS included."""
+        return np.diff(self.doc_offsets)
+
+    @property
+    def source_names(self) -> list[str]:
+        return [s["name"] for s in self.manifest["sources"]]
+
+    @property
+    def eos_id(self) -> int:
+        return int(self.manifest["eos_id"])
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.manifest["pad_id"])
+
+    def document(self, d: int) -> np.ndarray:
+        """Token ids of document d (a memmap slice, no copy), EOS included."""
+        return self.tokens[self.doc_offsets[d] : self.doc_offsets[d + 1]]
+
+    def doc_id(self, d: int) -> str:
+        """The stable id of document d (loaded on first use)."""
+        if self._doc_ids is None:
+            self._doc_ids = (self.path / IDS_FILE).read_text(encoding="utf-8").split("\n")[:-1]
+        return self._doc_ids[d]
+
+
+def verify_files(path: Path, manifest: dict[str, Any]) -> str | None:
+    """Compare the files' sizes with the manifest; return what is wrong, or None."""
+    for name, size in manifest.get("files", {}).items():
+        file = path / name
+        if not file.is_file():
+            return f"{file}: missing"
+        actual = file.stat().st_size
+        if actual != size:
+            return f"{file}: {actual} bytes, manifest says {size} (truncated or edited)"
+    return None
+
+
+def file_checksum(path: Path) -> str:
+    """blake2b of a file: all of it up to CHECKSUM_FULL_BYTES, else its size plus 256 blocks of
+    64 KiB at evenly spaced offsets (first and last included): at most 16 MiB read per file."""
+    size = path.stat().st_size
+    h = hashlib.blake2b(str(size).encode(), digest_size=16)
+    with open(path, "rb") as f:
+        if size <= CHECKSUM_FULL_BYTES:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        else:
+            last = size - CHECKSUM_BLOCK_BYTES
+            for k in range(CHECKSUM_BLOCKS):
+                f.seek(last * k // (CHECKSUM_BLOCKS - 1))
+                h.update(f.read(CHECKSUM_BLOCK_BYTES))
+    return h.hexdigest()
+
+
+def verify_checksums(path: Path, manifest: dict[str, Any]) -> str | None:
+    """Compare the files' checksums with the manifest (reads up to 16 MiB a file); return what
+    is wrong, or None. Manifests written before checksums existed pass."""
+    problem = verify_files(path, manifest)
+    if problem:
+        return problem
+    for name, expected in manifest.get("checksums", {}).items():
+        actual = file_checksum(path / name)
+        if actual != expected:
+            return f"{path / name}: content changed since it was written (checksum {actual}, manifest says {expected})"
+    return None
+
+
+class StoreWriter:
+    """Append documents, then `finish(manifest)`: written under a temporary name, then renamed.
+
+    Nothing at `path` changes until `finish` succeeds; `abort` (or an exception inside a
+    `with` block) removes the temporary directory.
+    """
+
+    def __init__(self, path: str | os.PathLike, vocab_size: int):
+        self.path = Path(path)
+        self.dtype = token_dtype(vocab_size)
+        self.vocab_size = vocab_size
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = temporary_sibling(self.path)
+        self.tmp.mkdir()
+        self._tokens = open(self.tmp / TOKENS_FILE, "wb")  # noqa: SIM115 (closed in finish/abort)
+        self._ids = open(self.tmp / IDS_FILE, "w", encoding="utf-8")  # noqa: SIM115
+        # Per-document arrays grow as numpy chunks (12 bytes a document), not Python ints.
+        self._offsets: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
+        self._sources: list[np.ndarray] = []
+        self._n_docs = 0
+        self._n_tokens = 0
+
+    @property
+    def n_docs(self) -> int:
+        return self._n_docs
+
+    @property
+    def n_tokens(self) -> int:
+        return self._n_tokens
+
+    def add(self, ids: np.ndarray, doc_id: str, source_index: int = 0) -> None:
+        """Append one document's ids (EOS already included)."""
+        ids = np.asarray(ids)
+        self.add_many(ids, np.array([ids.size]), [doc_id], np.array([source_index]))
+
+    def add_many(
+        self, ids: np.ndarray, lengths: np.ndarray, doc_ids: list[str], sources: np.ndarray
+    ) -> None:
+        """Append a batch of documents given as one flat array plus per-document lengths."""
+        ids = np.asarray(ids)
+        if ids.size and int(ids.max()) >= self.vocab_size:
+            raise StoreError(
+                f"batch starting {doc_ids[0]!r}: id {int(ids.max())} >= vocab {self.vocab_size}"
+            )
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if int(lengths.sum()) != ids.size or len(doc_ids) != len(lengths):
+            raise StoreError(f"batch starting {doc_ids[0]!r}: lengths do not match ids or doc_ids")
+        self._tokens.write(ids.astype(self.dtype, copy=False).tobytes())
+        self._offsets.append(self._n_tokens + np.cumsum(lengths))
+        self._sources.append(np.asarray(sources, dtype=np.int32))
+        self._ids.write("".join(d.replace("\n", " ") + "\n" for d in doc_ids))
+        self._n_docs += len(lengths)
+        self._n_tokens += int(ids.size)
+
+    def finish(self, manifest: dict[str, Any]) -> TokenStore:
+        """Write offsets and manifest, fsync, and atomically move the store into place."""
+        self._tokens.flush()
+        os.fsync(self._tokens.fileno())
+        self._tokens.close()
+        self._ids.close()
+        np.save(self.tmp / OFFSETS_FILE, np.concatenate(self._offsets))
+        np.save(self.tmp / SOURCES_FILE, np.concatenate([np.zeros(0, np.int32), *self._sources]))
+        manifest = dict(manifest)
+        manifest["format_version"] = FORMAT_VERSION
+        manifest["dtype"] = self.dtype.name
+        manifest["vocab_size"] = self.vocab_size
+        counts = dict(manifest.get("counts", {}))
+        counts["documents"] = self._n_docs
+        counts["tokens"] = self._n_tokens
+        manifest["counts"] = counts
+        manifest["files"] = {name: (self.tmp / name).stat().st_size for name in DATA_FILES}
+        manifest["checksums"] = {name: file_checksum(self.tmp / name) for name in DATA_FILES}
+        tmp_manifest = self.tmp / MANIFEST_FILE
+        tmp_manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
+        replace_dir(self.tmp, self.path)
+        return TokenStore.open(self.path)
+
+    def abort(self) -> None:
+        for f in (self._tokens, self._ids):
+            if not f.closed:
+                f.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+def write_store(
+    path: str | os.PathLike,
+    documents: list[np.ndarray],
+    vocab_size: int,
+    eos_id: int,
+    pad_id: int,
+    doc_ids: list[str] | None = None,
+    doc_sources: list[int] | None = None,
+    source_names: list[str] | None = None,
+) -> TokenStore:
+    """Write a store from in-memory token arrays (EOS included); for tests and small tools."""
+    source_names = source_names or ["memory"]
+    with StoreWriter(path, vocab_size) as writer:
+        for d, ids in enumerate(documents):
+            writer.add(
+                np.asarray(ids),
+                doc_ids[d] if doc_ids else f"memory:{d}",
+                doc_sources[d] if doc_sources else 0,
+            )
+        return writer.finish(
+            {
+                "eos_id": eos_id,
+                "pad_id": pad_id,
+                "sources": [{"name": n} for n in source_names],
+                "fingerprint": {"kind": "memory"},
+                "counts": {},
+            }
+        )

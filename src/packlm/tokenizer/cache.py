@@ -1,0 +1,109 @@
+"""The tokenizer of a data configuration: loaded from `tokenizer.path`, or trained and cached.
+
+A trained tokenizer depends on the training documents (never the validation split) and
+the tokenizer options, so it is cached under `<cache_dir>/tokenizers/<digest>` of exactly
+those; a second run, or a sweep that changes only `data.window`, loads it in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from packlm.cache.entry import locked, replace_dir, temporary_sibling
+from packlm.cache.fingerprint import describe_change, digest, latest
+from packlm.errors import ConfigError
+from packlm.tokenizer.config import TokenizerConfig
+
+log = logging.getLogger(__name__)
+
+CACHE_FILE = "packlm_cache.json"
+"""Written next to the tokenizer's own files: the fingerprint it was trained for."""
+
+
+def cache_fingerprint(cfg: TokenizerConfig, training_documents: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "tokenizer.vocab_size": cfg.vocab_size,
+        "tokenizer.special_tokens": list(cfg.special_tokens),
+        "tokenizer.pattern": cfg.pattern,
+        "training_documents": training_documents,
+    }
+
+
+def get_tokenizer(
+    cfg: TokenizerConfig,
+    training_documents: dict[str, Any],
+    train_texts: Callable[[], Iterable[str]],
+    cache_dir: Path,
+    progress: bool = True,
+) -> tuple[Any, Path]:
+    """(tokenizer, its directory): `tokenizer.path` if set, else the cached or newly trained one.
+
+    `train_texts()` streams the training split's texts; it is called only when training.
+    """
+    from packlm.tokenizer import Tokenizer
+
+    if cfg.path is not None:
+        path = Path(cfg.path)
+        if not path.is_dir():
+            raise ConfigError(f"tokenizer.path={cfg.path!r}: no such directory")
+        return Tokenizer.load(path), path
+
+    fingerprint = cache_fingerprint(cfg, training_documents)
+    root = Path(cache_dir) / "tokenizers"
+    dest = root / digest(fingerprint)
+    tokenizer, problem = _load_cached(dest, fingerprint)
+    if tokenizer is not None:
+        return tokenizer, dest
+    with locked(dest):
+        tokenizer, problem = _load_cached(dest, fingerprint)  # another process may have trained it
+        if tokenizer is not None:
+            return tokenizer, dest
+        reason = problem or describe_change(
+            latest(root, f"*/{CACHE_FILE}", "fingerprint"), fingerprint
+        )
+        log.info("training the tokenizer into %s: %s", dest, reason)
+        tokenizer = _train(cfg, train_texts(), progress)
+        tmp = temporary_sibling(dest)
+        try:
+            tmp.mkdir(parents=True)
+            tokenizer.save(tmp)
+            meta = {"fingerprint": fingerprint, "tokenizer_digest": tokenizer.digest()}
+            (tmp / CACHE_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True), "utf-8")
+            replace_dir(tmp, dest)
+        except OSError as e:
+            raise OSError(
+                e.errno, f"cannot write the tokenizer cache {dest}: {e.strerror or e}"
+            ) from e
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return tokenizer, dest
+
+
+def _load_cached(dest: Path, fingerprint: dict[str, Any]) -> tuple[Any, str | None]:
+    """(tokenizer, None) on a hit; (None, why not) when the entry exists but is unusable."""
+    from packlm.tokenizer import Tokenizer
+
+    meta_path = dest / CACHE_FILE
+    if not meta_path.is_file():
+        return None, None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("fingerprint") != fingerprint:
+            return None, f"{meta_path} was written for another fingerprint"
+        return Tokenizer.load(dest), None
+    except Exception as e:  # any unreadable cache entry is rebuilt, never trusted
+        return None, f"the cached tokenizer in {dest} cannot be loaded ({type(e).__name__}: {e})"
+
+
+def _train(cfg: TokenizerConfig, texts: Iterable[str], progress: bool) -> Any:
+    from packlm.tokenizer import Tokenizer, train_bpe_from_iterator
+
+    vocab, merges = train_bpe_from_iterator(
+        texts, cfg.vocab_size, list(cfg.special_tokens), pattern=cfg.pattern, progress=progress
+    )
+    return Tokenizer(vocab, merges, special_tokens=list(cfg.special_tokens), pattern=cfg.pattern)
