@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from packlm.callbacks import StepMetrics
 from packlm.model import masks
 from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM, lr_factor
@@ -118,7 +119,7 @@ def lightning_loop(batches, warmup: int, tensorboard: bool) -> list[float]:
         trainer = L.Trainer(
             accelerator="cpu", devices=1, max_steps=len(batches), gradient_clip_val=1.0,
             logger=logger, log_every_n_steps=10, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, callbacks=[stamps],
+            enable_progress_bar=False, enable_model_summary=False, callbacks=[StepMetrics(), stamps],
         )  # fmt: skip
         trainer.fit(lit, DataLoader(batches, batch_size=None))
     return gaps(stamps.stamps, warmup)

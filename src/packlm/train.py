@@ -33,6 +33,7 @@ from packlm.callbacks import (
     CheckpointExtras,
     GracefulStop,
     LastCheckpoint,
+    StepMetrics,
     SupervisedTokenAxis,
     SupervisedTokenBudget,
     TextSamples,
@@ -111,6 +112,7 @@ def train(
         last,
         GracefulStop(last),  # after LastCheckpoint: one write when both want the same step
         CheckpointExtras(datamodule.tokenizer, asdict(config.data)),
+        StepMetrics(),  # before SupervisedTokenAxis, which reads the train/loss it logs
         SupervisedTokenAxis(config.trainer.log_every_n_steps),
         *callbacks,
     ]

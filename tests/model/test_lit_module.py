@@ -14,7 +14,9 @@ from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader
 
 from helpers.models import PAD, V, cat_rows, pack_row, random_docs, tiny_config
-from packlm.model.lit_module import LitCausalLM, _token_counts, lr_factor
+from packlm.callbacks import StepMetrics
+from packlm.model.lit_module import LitCausalLM, lr_factor
+from packlm.model.loss import token_counts
 from packlm.model.transformer import Transformer
 
 pytestmark = [
@@ -139,7 +141,7 @@ def test_step_without_targets_leaves_everything_unchanged():
 
 
 def test_token_counts_are_exact_and_survive_resume(tmp_path):
-    c_many, c_few = _token_counts(MANY), _token_counts(FEW)
+    c_many, c_few = token_counts(MANY), token_counts(FEW)
     assert [int(c) for c in c_many] == [32, 30, 3]  # input B*T, non-pad, (row, segment) pairs
     assert [int(c) for c in c_few] == [32, 3, 1]  # the all-PAD row has no document
 
@@ -211,8 +213,9 @@ def test_logged_tags_and_cumulative_counts():
     lit = make(LitCausalLM)
     lit.set_token_byte_lengths(torch.ones(V, dtype=torch.int64))
     run = trainer(
-        max_steps=4, logger=logger, log_every_n_steps=2, val_check_interval=4, limit_val_batches=1
-    )
+        max_steps=4, logger=logger, log_every_n_steps=2, val_check_interval=4, limit_val_batches=1,
+        callbacks=[StepMetrics()],
+    )  # fmt: skip
     run.fit(lit, loader(MANY, FEW, MANY, FEW), loader(FEW))
     train = [(step, m) for step, m in logger.rows if "train/loss" in m]
     assert [step for step, _ in train] == [1, 3]  # steps 2 and 4 (0-based step index)

@@ -1,4 +1,13 @@
-"""The causal Transformer (plain nn.Module) and its LightningModule.
+"""The model half: batch -> logits -> loss + counts.
+
+1. `config.py`: the `model` and `optim` config groups.
+2. `masks.py`: segment ids -> the block-diagonal causal mask (SDPA) or BlockMask (Flex).
+3. `transformer.py`: `Transformer`, a plain nn.Module (RMSNorm, RoPE from position_ids,
+   SwiGLU, tied head): a packed row gives the same logits as each document alone.
+4. `loss.py`: sum of CE over supervised targets / N of the whole optimizer step, the
+   `StepTotals` of a step, the gradient rescale that makes it exact.
+5. `lit_module.py`: `LitCausalLM` = forward, loss, AdamW with warmup + cosine.
+6. `sampling.py`: text generation from a model (temperature, top-k).
 
 `LitCausalLM` is imported lazily so `import packlm.model` stays free of Lightning.
 """

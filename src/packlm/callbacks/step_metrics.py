@@ -1,0 +1,76 @@
+"""Log what each optimizer step did: loss, lr, grad norm, token counts and throughput.
+
+The LightningModule computes a step's totals (`last_step`, `last_loss`, `last_grad_norm`,
+the cumulative `tokens_seen`); this callback writes them on the steps the Trainer logs
+(`log_every_n_steps`): one `log` call costs ~0.6 ms, 2% of a small model's CPU step.
+Throughput is averaged over the steps since the previous log, training time only (the
+clock pauses for dataloader start-up and validation).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+
+from packlm.model.loss import COUNTS
+
+
+class StepMetrics(L.Callback):
+    def __init__(self) -> None:
+        self._t_last: float | None = None  # end of the last step (None after a pause)
+        self._seen_step = -1  # the global step whose totals were counted last
+        self._since_log = dict.fromkeys(("seconds", *COUNTS), 0.0)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._seen_step = trainer.global_step  # a resumed run starts past its checkpoint
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._t_last = None  # don't count dataloader start-up as step time
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._t_last = None  # nor validation
+
+    def on_train_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int) -> None:
+        if self._t_last is None:
+            self._t_last = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if trainer.global_step == self._seen_step:  # inside an accumulation cycle
+            return
+        self._seen_step = trainer.global_step
+        now = time.perf_counter()
+        self._since_log["seconds"] += now - (self._t_last or now)
+        self._t_last = now
+        step = pl_module.last_step
+        for key, n in step.counts().items():
+            self._since_log[key] += n
+        if self._is_logging_step(trainer):
+            self._log(trainer, pl_module)
+
+    @staticmethod
+    def _is_logging_step(trainer: L.Trainer) -> bool:
+        """The steps on which the Trainer writes to its loggers (every log_every_n_steps)."""
+        every = trainer.log_every_n_steps
+        return bool(trainer.fast_dev_run) or (every > 0 and trainer.global_step % every == 0)
+
+    def _log(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Step loss, lr, grad norm (before clipping), cumulative and per-step counts,
+        throughput since the last log."""
+        pl_module.log(
+            "train/loss", pl_module.last_loss, prog_bar=True, on_step=True, on_epoch=False,
+            batch_size=1,
+        )  # fmt: skip
+        since = self._since_log
+        seconds = max(since["seconds"], 1e-9)
+        logs = {
+            "lr": trainer.optimizers[0].param_groups[0]["lr"],
+            "grad_norm": pl_module.last_grad_norm,
+            **{f"tokens/{k}": float(n) for k, n in pl_module.tokens_seen.items()},
+            **{f"tokens_per_step/{k}": float(n) for k, n in pl_module.last_step.counts().items()},
+            **{f"throughput/{k}_tokens_per_s": since[k] / seconds for k in COUNTS[:3]},
+            "throughput/documents_per_s": since["documents"] / seconds,
+        }
+        pl_module.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
+        self._since_log = dict.fromkeys(("seconds", *COUNTS), 0.0)

@@ -1,0 +1,123 @@
+"""The loss: sum of cross-entropy over supervised targets / N, N = the supervised targets of
+the whole optimizer step (every micro-batch of the accumulation cycle, every rank).
+
+N is known only when the cycle is over, so automatic optimization is kept and the
+weighting is fixed afterwards, exactly:
+
+1. Each micro-batch returns s * (its sum of CE), s = 1 / context_length a constant that only
+   keeps fp16 gradients in range. Lightning divides it by A = accumulate_grad_batches, DDP
+   averages gradients over W ranks, so after the cycle's last backward
+
+       grad = s / (A W) * sum over micro-batches and ranks of grad(sum of CE).
+
+2. Before the optimizer step the cycle's `StepTotals` are all-reduced in one call and every
+   gradient is multiplied by A W / (s N) (`scale_to_step_mean`):  grad = grad(sum CE / N).
+   This holds whatever the number of targets of each micro-batch and rank, and for a short
+   last cycle of an epoch (Lightning divides by A there too).
+3. Lightning clips (`gradient_clip_val`), AdamW steps, the schedule steps.
+
+A step with N = 0 has loss 0: its gradients are dropped, so AdamW skips every parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from packlm.data.epoch.collate import IGNORE_INDEX
+
+COUNTS = ("input", "nonpad", "supervised", "documents")
+"""The token counts of DESIGN.md "The batch", in the order they are logged."""
+
+
+@dataclass(frozen=True)
+class StepTotals:
+    """What one optimizer step adds up to, over all its micro-batches and ranks."""
+
+    nats: float = 0.0
+    """Sum of cross-entropy over the supervised targets."""
+    supervised: float = 0.0
+    """N: targets != -100 (the loss denominator)."""
+    input: float = 0.0
+    """B * T positions."""
+    nonpad: float = 0.0
+    """Positions with segment_ids >= 0."""
+    documents: float = 0.0
+    """Distinct (row, segment) pairs with segment >= 0."""
+
+    @property
+    def loss(self) -> float:
+        """Mean cross-entropy per supervised target (0 when there is none)."""
+        return self.nats / self.supervised if self.supervised > 0 else 0.0
+
+    def counts(self) -> dict[str, int]:
+        return {k: int(getattr(self, k)) for k in COUNTS}
+
+    @classmethod
+    def from_tensor(cls, totals: Tensor) -> StepTotals:
+        """From the float64 [5] device vector of `micro_batch_totals` (reads it: one sync)."""
+        return cls(*totals.tolist())
+
+
+def sum_cross_entropy(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """(sum of CE over the supervised targets, 0 if none; bool [B, T] target mask)."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    sum_ce = F.cross_entropy(
+        logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    return sum_ce, labels != IGNORE_INDEX
+
+
+def token_counts(batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """(input, nonpad, documents) of a batch as float64 device scalars (DESIGN "The batch").
+
+    documents = distinct (row, segment) pairs with segment >= 0; segment ids are < T
+    (document index inside the row), so one scatter into [B, T + 1] counts them without
+    reading anything back from the device.
+    """
+    input_ids = batch["input_ids"]
+    B, T = input_ids.shape
+    device = input_ids.device
+    n_input = torch.full((), B * T, dtype=torch.float64, device=device)
+    seg = batch.get("segment_ids")
+    if seg is None:  # one document per row, no PAD
+        return n_input, n_input.clone(), torch.full((), B, dtype=torch.float64, device=device)
+    n_nonpad = (seg >= 0).sum().double()
+    present = torch.zeros(B, T + 1, dtype=torch.bool, device=device)
+    present.scatter_(1, torch.where(seg >= 0, seg, T).long(), True)  # PAD -> column T
+    return n_input, n_nonpad, present[:, :T].sum().double()
+
+
+def micro_batch_totals(batch: Mapping[str, Tensor], sum_ce: Tensor, supervised: Tensor) -> Tensor:
+    """float64 [5] in `StepTotals` field order, on the batch's device (no sync)."""
+    n_input, n_nonpad, n_docs = token_counts(batch)
+    values = {
+        "nats": sum_ce.detach().double(),
+        "supervised": supervised.sum().double(),
+        "input": n_input,
+        "nonpad": n_nonpad,
+        "documents": n_docs,
+    }
+    return torch.stack([values[f.name] for f in fields(StepTotals)])
+
+
+def scale_to_step_mean(
+    grads: list[Tensor], n_supervised: float, accumulate: int, world_size: int, loss_scale: float
+) -> None:
+    """Step 2 of the module doc: grad(s/(A W) * sum CE) -> grad(sum CE / N), in place.
+
+    `n_supervised` is N, the supervised targets of the whole step (all micro-batches, ranks).
+    """
+    torch._foreach_mul_(grads, accumulate * world_size / (loss_scale * n_supervised))
+
+
+def grad_norm(grads: list[Tensor]) -> Tensor:
+    """L2 norm of all gradients together, a device scalar (0 without gradients)."""
+    if not grads:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
