@@ -8,14 +8,16 @@ checks ranges and allowed values, all before any work starts.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from packlm.data.config import DataConfig, expand_escapes
+from packlm.config_group import ConfigGroup, check_choice
+from packlm.data.config import DataConfig
+from packlm.data.store.cache import DEFAULT_CACHE_DIR
 from packlm.errors import ConfigError
 from packlm.model.config import ModelConfig, OptimConfig
 from packlm.tokenizer.config import TokenizerConfig
@@ -34,34 +36,65 @@ class DataSchema(DataConfig):
 
 
 @dataclass
-class TrainerConfig:
-    """The subset of `lightning.Trainer` arguments packlm exposes (passed through as is)."""
+class TrainerConfig(ConfigGroup):
+    """The `lightning.Trainer` arguments packlm exposes, passed through as they are."""
+
+    group: ClassVar[str] = "trainer"
 
     accelerator: str = "auto"
+    """cpu, gpu, mps, auto."""
     devices: Any = 1
+    """Devices per node (an int, a list of ids, or "auto")."""
     strategy: str = "auto"
+    """auto, ddp, ddp_spawn, ... (ddp on CPU: `trainer.accelerator=cpu trainer.devices=2`)."""
     num_nodes: int = 1
+    """Nodes of a multi-node run."""
     precision: str = "32-true"
+    """32-true, bf16-mixed, 16-mixed, bf16-true, 64-true."""
     max_steps: int = 600
+    """Optimizer steps of the run (-1: no limit; see train.max_supervised_tokens)."""
     max_epochs: int = -1
+    """Epochs of the run (-1: no limit)."""
     val_check_interval: Any = 200
+    """Training batches between validations (or a fraction of an epoch)."""
     check_val_every_n_epoch: int | None = None
+    """Validate every N epochs instead (null: by val_check_interval)."""
     limit_val_batches: Any = 1.0
+    """Validation batches per validation (a fraction or a count)."""
     accumulate_grad_batches: int = 1
+    """Micro-batches per optimizer step; the loss stays exactly sum CE / N of the step."""
     gradient_clip_val: float | None = 1.0
+    """Clip the gradient norm to this value (null: no clipping)."""
     log_every_n_steps: int = 10
+    """Write training curves every N optimizer steps."""
     num_sanity_val_steps: int = 0
+    """Validation batches run before training as a check."""
     enable_progress_bar: bool = True
+    """Show the progress bar."""
     deterministic: bool = False
+    """Deterministic algorithms only (slower)."""
     fast_dev_run: Any = False
+    """Run N batches (true: 1) of training and validation as a smoke test."""
+
+    def validate(self) -> TrainerConfig:
+        """Raise ConfigError naming the key of the first invalid value; returns self."""
+        check_choice("trainer.precision", self.precision, PRECISIONS)
+        if self.accumulate_grad_batches < 1:
+            raise ConfigError(
+                f"trainer.accumulate_grad_batches={self.accumulate_grad_batches}: must be >= 1"
+            )
+        return self
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(ConfigGroup):
     """What the training run does beyond the Trainer: budgets, pictures, samples."""
 
+    group: ClassVar[str] = "train"
+
     max_supervised_tokens: int | None = None
-    """Stop after this many supervised targets (all ranks); sweeps compare at equal data."""
+    """Stop after this many supervised targets (all ranks) instead of trainer.max_steps;
+    sweeps compare at equal data (the cosine schedule follows the budget)."""
     log_batch_images: bool = True
     """Log one batch's attention mask and segment/label layout as images at the start."""
     sample_prompt: str = "def "
@@ -74,9 +107,26 @@ class TrainConfig:
     """Write checkpoints/last.ckpt every this many optimizer steps (and at the end, and on
     SIGTERM/Ctrl-C); a SIGKILL loses at most this many steps. null: only at the end/stop."""
 
+    def validate(self) -> TrainConfig:
+        """Raise ConfigError naming the key of the first invalid value; returns self."""
+        if self.max_supervised_tokens is not None and self.max_supervised_tokens <= 0:
+            raise ConfigError(
+                f"train.max_supervised_tokens={self.max_supervised_tokens}: must be positive"
+            )
+        every = self.checkpoint_every_n_steps
+        if every is not None and (
+            not isinstance(every, int) or isinstance(every, bool) or every < 1
+        ):
+            raise ConfigError(
+                f"train.checkpoint_every_n_steps={every!r}: must be a positive integer or null"
+            )
+        return self
+
 
 @dataclass
 class PackLMConfig:
+    """The whole config of `python train.py` (and of prepare, stats)."""
+
     data: DataSchema = field(default_factory=DataSchema)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -84,8 +134,12 @@ class PackLMConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     seed: int = 1337
-    cache_dir: str = ".cache/packlm"
+    """Seeds the model's initialization and, through data.seed, the epoch plans."""
+    cache_dir: str = "${oc.env:PACKLM_CACHE," + DEFAULT_CACHE_DIR + "}"
+    """Tokenizers and token stores, keyed by fingerprint, shared by all runs and sweeps
+    (the environment variable PACKLM_CACHE overrides the default)."""
     ckpt_path: str | None = None
+    """Resume from this checkpoint (outputs/<date>/<time>/checkpoints/last.ckpt) into its run."""
 
 
 def register_configs() -> None:
@@ -110,65 +164,20 @@ class Validated:
 
 def validate_config(cfg: DictConfig) -> Validated:
     """Every group checked, cross-group constraints too; raises ConfigError naming the key."""
-    model = ModelConfig(**_plain(cfg.model, ModelConfig, "model")).validate()
-    optim = OptimConfig(**_plain(cfg.optim, OptimConfig, "optim"))
-    optim = replace(optim, betas=tuple(optim.betas)).validate()
-    trainer = TrainerConfig(**_plain(cfg.trainer, TrainerConfig, "trainer"))
-    if trainer.precision not in PRECISIONS:
-        raise ConfigError(f"trainer.precision={trainer.precision!r}: allowed {list(PRECISIONS)}")
-    if trainer.accumulate_grad_batches < 1:
-        raise ConfigError(
-            f"trainer.accumulate_grad_batches={trainer.accumulate_grad_batches}: must be >= 1"
-        )
-    train = TrainConfig(**_plain(cfg.train, TrainConfig, "train"))
+    model = ModelConfig.from_mapping(cfg.model)
+    trainer = TrainerConfig.from_mapping(cfg.trainer)
+    train = TrainConfig.from_mapping(cfg.train)
     if trainer.max_steps <= 0 and trainer.max_epochs <= 0 and not train.max_supervised_tokens:
         raise ConfigError(
             f"trainer.max_steps={trainer.max_steps}: with trainer.max_epochs={trainer.max_epochs} "
             "nothing ends the run; set trainer.max_steps, trainer.max_epochs or "
             "train.max_supervised_tokens"
         )
-    if train.max_supervised_tokens is not None and train.max_supervised_tokens <= 0:
-        raise ConfigError(
-            f"train.max_supervised_tokens={train.max_supervised_tokens}: must be positive"
-        )
-    every = train.checkpoint_every_n_steps
-    if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
-        raise ConfigError(
-            f"train.checkpoint_every_n_steps={every!r}: must be a positive integer or null"
-        )
     return Validated(
-        data=data_config(cfg, model_context=model.context_length),
-        tokenizer=tokenizer_config(cfg),
+        data=DataConfig.from_mapping(cfg.data).validate(model_context=model.context_length),
+        tokenizer=TokenizerConfig.from_mapping(cfg.tokenizer),
         model=model,
-        optim=optim,
+        optim=OptimConfig.from_mapping(cfg.optim),
         trainer=trainer,
         train=train,
     )
-
-
-def data_config(cfg: DictConfig, model_context: int | None = None) -> DataConfig:
-    """The validated `data` group of a composed config.
-
-    `data.separator='\n\n'` typed on a command line arrives as backslash + n (Hydra does not
-    expand escapes), so escapes are expanded here, once, for every command.
-    """
-    data = DataConfig(**_plain(cfg.data, DataConfig, "data"))
-    if isinstance(data.separator, str):
-        data = replace(data, separator=expand_escapes(data.separator))
-    return data.validate(model_context)
-
-
-def tokenizer_config(cfg: DictConfig) -> TokenizerConfig:
-    """The validated `tokenizer` group of a composed config."""
-    return TokenizerConfig(**_plain(cfg.tokenizer, TokenizerConfig, "tokenizer")).validate()
-
-
-def _plain(node: Any, cls: type, group: str) -> dict[str, Any]:
-    """The group's values; a key the schema does not know (`+trainer.foo=1`) is an error."""
-    values = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node)
-    values.pop("_target_", None)
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(f"{group}.{unknown[0]}: unknown key; allowed {sorted(known)}")
-    return values

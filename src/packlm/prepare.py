@@ -14,14 +14,17 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from packlm.config import CONFIG_DIR, data_config, tokenizer_config
+from packlm.config import CONFIG_DIR
+from packlm.data.config import DataConfig
 from packlm.data.store.cache import prepare_stores
+from packlm.tokenizer.config import TokenizerConfig
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="tools", version_base=None)
 def main(cfg: DictConfig) -> None:
     logs_to_stderr()
-    prepared = prepare_stores(data_config(cfg), tokenizer_config(cfg), cfg.cache_dir, progress=True)
+    data, tokenizer = DataConfig.from_mapping(cfg.data), TokenizerConfig.from_mapping(cfg.tokenizer)
+    prepared = prepare_stores(data, tokenizer, cfg.cache_dir, progress=True)
     report = {
         "tokenizer": str(prepared.tokenizer_dir),
         "train": {"path": str(prepared.train_dir), **prepared.train_manifest},

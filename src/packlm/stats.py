@@ -23,12 +23,7 @@ from packlm.prepare import logs_to_stderr
 def statistics(cfg: DictConfig, epochs: int = 1) -> dict:
     """{"train": [stats of epoch 0..epochs-1], "val": stats} for a composed config."""
     config = validate_config(cfg)
-    dm = PackedDataModule(
-        tokenizer=config.tokenizer,
-        cache_dir=cfg.cache_dir,
-        model_context=config.model.context_length,
-        data=config.data,
-    )
+    dm = PackedDataModule.from_config(config, cfg.cache_dir)
     dm.setup()
     return {
         "train": [to_json(dm.plan_statistics(e)) for e in range(epochs)],

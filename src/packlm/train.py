@@ -74,12 +74,7 @@ def train(
     _check_writable(Path(cfg.cache_dir), "cache_dir")
     L.seed_everything(cfg.seed, workers=True)
 
-    datamodule = PackedDataModule(
-        tokenizer=config.tokenizer,
-        cache_dir=cfg.cache_dir,
-        model_context=config.model.context_length,
-        data=config.data,
-    )
+    datamodule = PackedDataModule.from_config(config, cfg.cache_dir)
     datamodule.prepare_data()
     datamodule.setup("fit")
     _log_data_counts(datamodule)

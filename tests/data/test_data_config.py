@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from packlm.config import CONFIG_DIR, data_config
+from packlm.config import CONFIG_DIR
 from packlm.data.config import DataConfig, expand_escapes
 from packlm.errors import ConfigError
 
@@ -28,10 +28,10 @@ def test_separator_typed_on_the_command_line_is_expanded_exactly_once():
     with initialize_config_dir(CONFIG_DIR, version_base=None):
         cfg = compose("config", overrides=[r"data.separator=\n\n"])
         backslashes = compose("config", overrides=[r"data.separator=a\\\\nb"])  # typed a\\nb
-    data = data_config(cfg)
+    data = DataConfig.from_mapping(cfg.data)
     assert data.separator == "\n\n"
     assert DataConfig(**vars(data)).separator == "\n\n"  # building it again changes nothing
-    assert data_config(backslashes).separator == "a\\nb"
+    assert DataConfig.from_mapping(backslashes.data).separator == "a\\nb"
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from packlm.errors import ConfigError
-from packlm.model.config import ModelConfig, OptimConfig, as_dict, coerce
+from packlm.model.config import ModelConfig, OptimConfig, as_dict
 
 
 def test_defaults_are_valid_and_small():
@@ -49,11 +49,11 @@ def test_optim_errors_name_the_key(overrides, key):
         OptimConfig(**overrides).validate()
 
 
-def test_coerce_from_mapping_and_unknown_key():
-    cfg = coerce(OptimConfig, {"lr": 1e-3, "betas": [0.8, 0.9]})
+def test_from_mapping_and_unknown_key():
+    cfg = OptimConfig.from_mapping({"lr": 1e-3, "betas": [0.8, 0.9]})
     assert cfg.betas == (0.8, 0.9) and cfg.lr == 1e-3
     assert as_dict(cfg)["betas"] == [0.8, 0.9]  # YAML-friendly
     with pytest.raises(ConfigError, match=r"^model\.n_embed\b"):
-        coerce(ModelConfig, {"n_embed": 64})
+        ModelConfig.from_mapping({"n_embed": 64})
     with pytest.raises(ConfigError, match=r"^model\.n_embd\b"):
-        coerce(ModelConfig, {"n_embd": 130})
+        ModelConfig.from_mapping({"n_embd": 130})

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from packlm.config_group import ConfigGroup, check_choice, check_positive_int
 from packlm.errors import ConfigError
 
-__all__ = ["ConfigError", "DataConfig"]
+__all__ = ["DataConfig"]
 
 PACKING_MODES = ("none", "document", "stream")
 TAIL_POLICIES = ("drop", "cover", "pad")
@@ -20,35 +21,46 @@ ENCODING_ERRORS = ("strict", "replace", "skip")
 
 
 @dataclass
-class DataConfig:
+class DataConfig(ConfigGroup):
+    group: ClassVar[str] = "data"
+
     # --- sources -> documents (packlm.data.store.sources) ---
     sources: list[Any] = field(default_factory=lambda: ["default"])
     """Entries: "default" (the embedded stdlib corpus), a path or glob of text files, a .jsonl
-    file, or a mapping {path: ..., weight: ...} to mix sources by weight."""
+    file, or {path: ..., weight: w} to mix sources (each document of the source is seen w
+    times per epoch on average)."""
     val_sources: list[Any] | None = None
-    """Explicit validation sources; when unset, `val_fraction` of documents by content hash."""
+    """Explicit validation sources (null: `val_fraction` of the documents by content hash);
+    exact duplicates of training documents are dropped and counted."""
     val_fraction: float = 0.05
-    """Fraction of documents sent to validation by a stable hash of their content."""
+    """Without `val_sources`, this fraction of documents goes to validation by a stable hash
+    of the content."""
     text_field: str = "text"
     """The field holding the text in .jsonl records."""
     separator: str | None = None
-    """Split each text file into documents on this string (e.g. "\\n\\n"); None: one file, one document."""
+    """Split each text file into documents on this string (e.g. "\\n\\n"; the escapes \\n \\t
+    \\r \\\\ are expanded, also when typed on the command line: data.separator='\\n\\n');
+    null: one file, one document."""
     encoding_errors: str = "strict"
     """Non-UTF-8 input: strict (error with path and byte offset), replace (U+FFFD), skip (drop the document)."""
 
     # --- store -> epoch plan -> samples (packlm.data.epoch.plan) ---
     window: int = 256
-    """T: input positions per sample; a sample reads T+1 tokens."""
+    """T: input positions per sample; a sample reads T+1 tokens; at most model.context_length."""
     stride: int = 256
-    """Distance between consecutive window starts in one sequence."""
+    """Distance between window starts; a token is a target window/stride times per epoch on
+    average; stride > window leaves gaps (warned, counted)."""
     random_offset: bool = True
-    """Draw each sequence's first window start uniformly in [0, stride) every epoch."""
+    """The first window of each sequence starts uniformly in [0, min(stride-1, len-T-1)],
+    re-drawn every epoch (false: at 0)."""
     tail: str = "pad"
     """End of a sequence no full window reaches: drop, cover (one window aligned to the end), pad."""
     packing: str = "document"
-    """none (one document per sequence), document (packs, block-diagonal mask), stream (plain causal)."""
+    """none (a sequence is one document, padded), document (packs with a block-diagonal mask,
+    no target across documents), stream (plain causal, EOS predicts the next document)."""
     pack_size: int | None = None
-    """Tokens per pack; None: unlimited (the split in epoch order is one sequence)."""
+    """Tokens per pack; null: unlimited (the split in epoch order is one sequence); window+1:
+    each pack is one padded sample and no document that fits is cut."""
     shuffle: bool = True
     """Reshuffle the samples every epoch."""
     shuffle_documents: bool = True
@@ -56,9 +68,19 @@ class DataConfig:
     batch_size: int = 16
     """Samples per batch per rank."""
     num_workers: int = 1
-    """DataLoader worker processes per rank."""
+    """DataLoader worker processes per rank (stateless: the sampler sends the document
+    pieces of each batch)."""
     seed: int = 1337
-    """Seed of the epoch plan (offsets, orders); the plan of epoch e is a function of (seed, e)."""
+    """Seed of the epoch plans: the plan of epoch e is a pure function of (store, data config,
+    seed, e)."""
+
+    @classmethod
+    def _from_config_values(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """`data.separator='\\n\\n'` typed on a command line arrives as backslash + n (Hydra does
+        not expand escapes), so they are expanded here, once, for every command."""
+        if isinstance(values.get("separator"), str):
+            values = {**values, "separator": expand_escapes(values["separator"])}
+        return values
 
     def validate(self, model_context: int | None = None) -> DataConfig:
         """Raise ConfigError naming the key of the first invalid value; returns self."""
@@ -71,21 +93,15 @@ class DataConfig:
                 _check_source_entry(f"data.val_sources[{i}]", entry)
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction={self.val_fraction}: must be in [0, 1)")
-        if self.encoding_errors not in ENCODING_ERRORS:
-            raise ConfigError(
-                f"data.encoding_errors={self.encoding_errors!r}: allowed {list(ENCODING_ERRORS)}"
-            )
+        check_choice("data.encoding_errors", self.encoding_errors, ENCODING_ERRORS)
         if self.separator is not None and self.separator == "":
             raise ConfigError("data.separator: must be a non-empty string or null")
-        _positive("data.window", self.window)
-        _positive("data.stride", self.stride)
-        _positive("data.batch_size", self.batch_size)
+        for key in ("window", "stride", "batch_size"):
+            check_positive_int(f"data.{key}", getattr(self, key))
         if not isinstance(self.num_workers, int) or self.num_workers < 0:
             raise ConfigError(f"data.num_workers={self.num_workers}: must be an integer >= 0")
-        if self.packing not in PACKING_MODES:
-            raise ConfigError(f"data.packing={self.packing!r}: allowed {list(PACKING_MODES)}")
-        if self.tail not in TAIL_POLICIES:
-            raise ConfigError(f"data.tail={self.tail!r}: allowed {list(TAIL_POLICIES)}")
+        check_choice("data.packing", self.packing, PACKING_MODES)
+        check_choice("data.tail", self.tail, TAIL_POLICIES)
         if self.pack_size is not None and self.pack_size < self.window + 1:
             raise ConfigError(
                 f"data.pack_size={self.pack_size}: must be at least data.window + 1 = {self.window + 1}"
@@ -135,8 +151,3 @@ def _check_source_entry(key: str, entry: Any) -> None:
             raise ConfigError(f"{key}.weight={weight!r}: must be a positive number")
         return
     raise ConfigError(f"{key}={entry!r}: expected a path string or {{path: ..., weight: ...}}")
-
-
-def _positive(key: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{key}={value!r}: must be a positive integer")

@@ -15,14 +15,13 @@ import logging
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
-from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from packlm.data.config import DataConfig, source_weight
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
@@ -30,6 +29,7 @@ from packlm.data.epoch.plan import EpochPlan, build_plan
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.epoch.windows import validation_config
+from packlm.data.store.cache import DEFAULT_CACHE_DIR
 from packlm.data.store.token_store import TokenStore
 from packlm.errors import ConfigError
 from packlm.tokenizer.config import TokenizerConfig
@@ -48,7 +48,7 @@ class PackedDataModule(L.LightningDataModule):
     def __init__(
         self,
         tokenizer: TokenizerConfig | Mapping | None = None,
-        cache_dir: str | Path = ".cache/packlm",
+        cache_dir: str | Path = DEFAULT_CACHE_DIR,
         model_context: int | None = None,
         data: DataConfig | None = None,
         prepared: Any = None,
@@ -56,8 +56,10 @@ class PackedDataModule(L.LightningDataModule):
         **data_keys: Any,
     ):
         super().__init__()
-        self.data = _data_config(data, data_keys).validate(model_context)
-        self.tokenizer_config = _tokenizer_config(tokenizer)
+        if data_keys:  # Hydra's instantiate, or keyword arguments
+            data = DataConfig.from_mapping({**(asdict(data) if data else {}), **data_keys})
+        self.data = DataConfig.from_mapping(data).validate(model_context)
+        self.tokenizer_config = TokenizerConfig.from_mapping(tokenizer)
         self.cache_dir = Path(cache_dir)
         self.progress = progress
         self.prepared = prepared
@@ -74,6 +76,18 @@ class PackedDataModule(L.LightningDataModule):
         self._logged_epochs: set[int] = set()
         self._stats: dict[tuple[str, int], dict[str, Any]] = {}  # the latest epoch's only
         self._train_sampler: PlanSampler | None = None
+
+    @classmethod
+    def from_config(cls, config: Any, cache_dir: str | Path, **kwargs: Any) -> PackedDataModule:
+        """The DataModule of a validated config (`packlm.config.Validated`: data, tokenizer,
+        model), as train.py and stats build it."""
+        return cls(
+            tokenizer=config.tokenizer,
+            cache_dir=cache_dir,
+            model_context=config.model.context_length,
+            data=config.data,
+            **kwargs,
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (spawned processes): open stores and plans are rebuilt, never copied."""
@@ -274,32 +288,6 @@ class PackedDataModule(L.LightningDataModule):
                 len(sampler),
                 limit,
             )
-
-
-def _data_config(data: DataConfig | None, keys: dict[str, Any]) -> DataConfig:
-    """A DataConfig from an instance and/or keyword keys; an unknown key is a ConfigError."""
-    allowed = {f.name for f in fields(DataConfig)}
-    for key in keys:
-        if key not in allowed:
-            raise ConfigError(f"data.{key}: unknown key; allowed {sorted(allowed)}")
-    values = asdict(data) if data is not None else {}
-    values.update({k: _plain(v) for k, v in keys.items()})
-    return DataConfig(**values)
-
-
-def _tokenizer_config(tokenizer: TokenizerConfig | Mapping | None) -> TokenizerConfig:
-    if isinstance(tokenizer, TokenizerConfig):
-        return tokenizer.validate()
-    values = _plain(tokenizer) if tokenizer is not None else {}
-    values = {k: v for k, v in values.items() if k != "_target_"}
-    return TokenizerConfig(**values).validate()
-
-
-def _plain(value: Any) -> Any:
-    """OmegaConf containers (Hydra's instantiate passes them) -> lists and dicts."""
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return dict(value) if isinstance(value, Mapping) else value
 
 
 def _tag_name(index: int, name: str) -> str:

@@ -6,17 +6,19 @@ CPU cores; scale n_layer / n_embd / context_length up on a GPU.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
+from packlm.config_group import ConfigGroup, check_choice, check_positive_int
 from packlm.errors import ConfigError
 
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex")
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(ConfigGroup):
+    group: ClassVar[str] = "model"
+
     vocab_size: int = 4096
     """Rows of the token embedding; must cover every id the tokenizer emits (PAD included)."""
     context_length: int = 256
@@ -52,7 +54,7 @@ class ModelConfig:
     def validate(self) -> ModelConfig:
         """Raise ConfigError naming the key of the first invalid value; returns self."""
         for key in ("vocab_size", "context_length", "n_layer", "n_head", "n_embd"):
-            _positive(f"model.{key}", getattr(self, key))
+            check_positive_int(f"model.{key}", getattr(self, key))
         if self.n_embd % self.n_head != 0:
             raise ConfigError(
                 f"model.n_embd={self.n_embd}: must be divisible by model.n_head={self.n_head}"
@@ -67,15 +69,14 @@ class ModelConfig:
             raise ConfigError(f"model.dropout={self.dropout!r}: must be in [0, 1)")
         if not isinstance(self.rope_base, (int, float)) or self.rope_base <= 1.0:
             raise ConfigError(f"model.rope_base={self.rope_base!r}: must be a number > 1")
-        if self.attention not in ATTENTION_BACKENDS:
-            raise ConfigError(
-                f"model.attention={self.attention!r}: allowed {list(ATTENTION_BACKENDS)}"
-            )
+        check_choice("model.attention", self.attention, ATTENTION_BACKENDS)
         return self
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(ConfigGroup):
+    group: ClassVar[str] = "optim"
+
     lr: float = 3e-3
     """Peak learning rate of AdamW, reached at the end of warmup."""
     weight_decay: float = 0.1
@@ -91,6 +92,9 @@ class OptimConfig:
     min_lr_ratio: float = 0.1
     """The cosine decays to lr * min_lr_ratio, then stays there."""
 
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # a YAML list or a tuple
+
     def validate(self) -> OptimConfig:
         """Raise ConfigError naming the key of the first invalid value; returns self."""
         if not isinstance(self.lr, (int, float)) or self.lr <= 0:
@@ -104,36 +108,13 @@ class OptimConfig:
         if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ConfigError(f"optim.warmup_steps={self.warmup_steps!r}: must be an integer >= 0")
         if self.max_steps is not None:
-            _positive("optim.max_steps", self.max_steps)
+            check_positive_int("optim.max_steps", self.max_steps)
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ConfigError(f"optim.min_lr_ratio={self.min_lr_ratio}: must be in [0, 1]")
         return self
-
-
-def coerce(cls: type, value: Any) -> Any:
-    """A validated `cls` from an instance, a mapping (e.g. a Hydra DictConfig) or None."""
-    if value is None:
-        value = cls()
-    elif isinstance(value, Mapping) or hasattr(value, "keys"):
-        known = {f.name for f in fields(cls)}
-        group = cls.__name__.removesuffix("Config").lower()
-        unknown = sorted(set(value.keys()) - known)
-        if unknown:
-            raise ConfigError(f"{group}.{unknown[0]}: unknown key; allowed {sorted(known)}")
-        value = cls(**{k: value[k] for k in value})
-    elif not isinstance(value, cls):
-        raise TypeError(f"expected {cls.__name__} or a mapping, got {type(value).__name__}")
-    if isinstance(value, OptimConfig):
-        value.betas = tuple(value.betas)
-    return value.validate()
 
 
 def as_dict(config: Any) -> dict[str, Any]:
     """Plain dict of a config dataclass (for save_hyperparameters / YAML)."""
     out = asdict(config)
     return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
-
-
-def _positive(key: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{key}={value!r}: must be a positive integer")

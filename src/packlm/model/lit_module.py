@@ -24,7 +24,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from packlm.model.config import ModelConfig, OptimConfig, as_dict, coerce
+from packlm.model.config import ModelConfig, OptimConfig, as_dict
 from packlm.model.loss import (
     COUNTS,
     StepTotals,
@@ -44,8 +44,8 @@ class LitCausalLM(L.LightningModule):
         token_byte_lengths: Sequence[int] | Tensor | None = None,
     ):
         super().__init__()
-        self.model_config: ModelConfig = coerce(ModelConfig, model)
-        self.optim_config: OptimConfig = coerce(OptimConfig, optim)
+        self.model_config = ModelConfig.from_mapping(model)
+        self.optim_config = OptimConfig.from_mapping(optim)
         self.save_hyperparameters(
             {"model": as_dict(self.model_config), "optim": as_dict(self.optim_config)}
         )

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+from packlm.config_group import ConfigGroup
 from packlm.errors import ConfigError
 
 
 @dataclass
-class TokenizerConfig:
+class TokenizerConfig(ConfigGroup):
+    group: ClassVar[str] = "tokenizer"
+
     vocab_size: int = 4096
     """Total vocabulary: special tokens + 256 bytes + merges."""
     special_tokens: list[str] = field(default_factory=lambda: ["<|endoftext|>", "<|pad|>"])
@@ -19,6 +23,7 @@ class TokenizerConfig:
     """Load a saved tokenizer from this directory instead of training one."""
 
     def validate(self) -> TokenizerConfig:
+        """Raise ConfigError naming the key of the first invalid value; returns self."""
         if len(set(self.special_tokens)) != len(self.special_tokens):
             raise ConfigError(f"tokenizer.special_tokens={list(self.special_tokens)}: duplicates")
         if any(not s for s in self.special_tokens):

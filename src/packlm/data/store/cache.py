@@ -27,6 +27,8 @@ from packlm.tokenizer.config import TokenizerConfig
 
 log = logging.getLogger(__name__)
 
+DEFAULT_CACHE_DIR = ".cache/packlm"
+"""Where tokenizers and stores are cached unless `cache_dir` says otherwise."""
 PAD_TOKEN = "<|pad|>"
 PARALLEL_MIN_BYTES = 1 << 20
 """Below this much source text, worker processes cost more than they save."""
