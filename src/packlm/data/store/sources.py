@@ -18,7 +18,7 @@ import glob
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -253,16 +253,12 @@ def _decode(data: bytes, where: Any, offset: int, policy: str, counts: ReadCount
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        if policy == "strict":
-            raise SourceError(
-                f"{where}: not valid UTF-8 at byte offset {offset + e.start} ({e.reason}); "
-                "set data.encoding_errors=replace or skip to accept such files"
-            ) from e
-        if policy == "skip":
-            counts.skipped_invalid_utf8 += 1
-            return None
-        counts.replaced_invalid_utf8 += 1
-        return data.decode("utf-8", errors="replace")
+        return _invalid_text(
+            policy, counts, e,
+            f"{where}: not valid UTF-8 at byte offset {offset + e.start} ({e.reason}); "
+            "set data.encoding_errors=replace or skip to accept such files",
+            lambda: data.decode("utf-8", errors="replace"),
+        )  # fmt: skip
 
 
 def _check_surrogates(text: str, where: str, policy: str, counts: ReadCounts) -> str | None:
@@ -271,13 +267,23 @@ def _check_surrogates(text: str, where: str, policy: str, counts: ReadCounts) ->
         text.encode("utf-8")
         return text
     except UnicodeEncodeError as e:
-        if policy == "strict":
-            raise SourceError(
-                f"{where}: unpaired surrogate escape at character {e.start} of the text; "
-                "set data.encoding_errors=replace or skip to accept it"
-            ) from e
-        if policy == "skip":
-            counts.skipped_invalid_utf8 += 1
-            return None
-        counts.replaced_invalid_utf8 += 1
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return _invalid_text(
+            policy, counts, e,
+            f"{where}: unpaired surrogate escape at character {e.start} of the text; "
+            "set data.encoding_errors=replace or skip to accept it",
+            lambda: text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"),
+        )  # fmt: skip
+
+
+def _invalid_text(
+    policy: str, counts: ReadCounts, error: Exception, message: str, replaced: Callable[[], str]
+) -> str | None:
+    """The encoding_errors policy on one document that is not valid text: raise (strict), None
+    (skip) or the text with U+FFFD (replace), counted."""
+    if policy == "strict":
+        raise SourceError(message) from error
+    if policy == "skip":
+        counts.skipped_invalid_utf8 += 1
+        return None
+    counts.replaced_invalid_utf8 += 1
+    return replaced()

@@ -9,7 +9,11 @@
 
    Data: every word is an array of token ids (merged in place, it only shrinks); a hash
    table maps a pair to its count and to the words that may contain it; a max-heap of
-   (count, pair) entries is validated lazily, as in the Python version. */
+   (count, pair) entries is validated lazily, as in the Python version.
+
+   Errors: every function that can fail returns 0 on success and -1 on failure (CPython's
+   convention), results come back through pointer arguments. Inside the merge loop (threads
+   released) a failure is out of memory and sets no exception; learn_merges raises it. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -54,16 +58,16 @@ typedef struct {
     int64_t n_touched, cap_touched;
 } State;
 
-/* Grow *buf (of *cap items of `size` bytes) to hold `need` items; 0 on failure. */
+/* Grow *buf (of *cap items of `size` bytes) to hold `need` items. */
 static int grow(void **buf, int64_t *cap, int64_t need, size_t size) {
-    if (need <= *cap) return 1;
+    if (need <= *cap) return 0;
     int64_t n = *cap ? *cap : 16;
     while (n < need) n *= 2;
     void *p = realloc(*buf, (size_t)n * size);
-    if (!p) return 0;
+    if (!p) return -1;
     *buf = p;
     *cap = n;
-    return 1;
+    return 0;
 }
 
 /* Python's bytes order: compare the common prefix, then the shorter is smaller. */
@@ -108,10 +112,10 @@ static void sift_down(State *s, int64_t i) {
 }
 
 static int heap_push(State *s, int32_t pair) {
-    if (!grow((void **)&s->heap, &s->cap_heap, s->n_heap + 1, sizeof(Entry))) return 0;
+    if (grow((void **)&s->heap, &s->cap_heap, s->n_heap + 1, sizeof(Entry))) return -1;
     s->heap[s->n_heap] = (Entry){s->pairs[pair].count, pair};
     sift_up(s, s->n_heap++);
-    return 1;
+    return 0;
 }
 
 static Entry heap_pop(State *s) {
@@ -129,7 +133,7 @@ static uint64_t hash_pair(int32_t a, int32_t b) {
 
 static int table_resize(State *s, uint64_t size) {
     int32_t *t = malloc(size * sizeof(int32_t));
-    if (!t) return 0;
+    if (!t) return -1;
     memset(t, 0xff, size * sizeof(int32_t));
     for (int32_t p = 0; p < s->n_pairs; p++) {
         uint64_t h = hash_pair(s->pairs[p].left, s->pairs[p].right) & (size - 1);
@@ -139,47 +143,47 @@ static int table_resize(State *s, uint64_t size) {
     free(s->table);
     s->table = t;
     s->table_mask = size - 1;
-    return 1;
+    return 0;
 }
 
-/* Index of pair (a, b), created with count 0 if new; -1 when out of memory. */
-static int32_t pair_index(State *s, int32_t a, int32_t b) {
+/* *idx = the index of pair (a, b), created with count 0 if new. */
+static int pair_index(State *s, int32_t a, int32_t b, int32_t *idx) {
     uint64_t h = hash_pair(a, b) & s->table_mask;
     for (; s->table[h] >= 0; h = (h + 1) & s->table_mask) {
         Pair *p = &s->pairs[s->table[h]];
-        if (p->left == a && p->right == b) return s->table[h];
+        if (p->left == a && p->right == b) return *idx = s->table[h], 0;
     }
     int64_t cap = s->cap_pairs;
-    if (!grow((void **)&s->pairs, &cap, s->n_pairs + 1, sizeof(Pair))) return -1;
+    if (grow((void **)&s->pairs, &cap, s->n_pairs + 1, sizeof(Pair))) return -1;
     s->cap_pairs = (int32_t)cap;
-    int32_t idx = s->n_pairs++;
-    s->pairs[idx] = (Pair){a, b, 0, NULL, 0, 0, -1};
-    s->table[h] = idx;
-    if ((uint64_t)s->n_pairs * 2 > s->table_mask && !table_resize(s, (s->table_mask + 1) * 2))
+    *idx = s->n_pairs++;
+    s->pairs[*idx] = (Pair){a, b, 0, NULL, 0, 0, -1};
+    s->table[h] = *idx;
+    if ((uint64_t)s->n_pairs * 2 > s->table_mask && table_resize(s, (s->table_mask + 1) * 2))
         return -1;
-    return idx;
+    return 0;
 }
 
 /* count(a, b) += delta for word w; a rise indexes w and schedules a heap push. */
 static int add(State *s, int32_t a, int32_t b, int64_t delta, int32_t w, int32_t step) {
-    int32_t idx = pair_index(s, a, b);
-    if (idx < 0) return 0;
+    int32_t idx;
+    if (pair_index(s, a, b, &idx)) return -1;
     Pair *p = &s->pairs[idx];
     p->count += delta;
-    if (delta <= 0) return 1;
+    if (delta <= 0) return 0;
     if (!p->n_words || p->words[p->n_words - 1] != w) {
         int64_t cap = p->cap_words;
-        if (!grow((void **)&p->words, &cap, p->n_words + 1, sizeof(int32_t))) return 0;
+        if (grow((void **)&p->words, &cap, p->n_words + 1, sizeof(int32_t))) return -1;
         p->cap_words = (int32_t)cap;
         p->words[p->n_words++] = w;
     }
     if (p->stamp != step) {
         p->stamp = step;
-        if (!grow((void **)&s->touched, &s->cap_touched, s->n_touched + 1, sizeof(int32_t)))
-            return 0;
+        if (grow((void **)&s->touched, &s->cap_touched, s->n_touched + 1, sizeof(int32_t)))
+            return -1;
         s->touched[s->n_touched++] = idx;
     }
-    return 1;
+    return 0;
 }
 
 /* Replace every (a, b) in word w by c, left to right, updating neighbouring pairs. */
@@ -189,12 +193,12 @@ static int merge_word(State *s, int32_t w, int32_t a, int32_t b, int32_t c, int3
     int64_t cnt = s->word_count[w];
     for (int32_t i = 0; i < n;) {
         if (i + 1 < n && t[i] == a && t[i + 1] == b) {
-            if (out > 0 && (!add(s, t[out - 1], a, -cnt, w, step) ||
-                            !add(s, t[out - 1], c, cnt, w, step)))
-                return 0;
-            if (i + 2 < n && (!add(s, b, t[i + 2], -cnt, w, step) ||
-                              !add(s, c, t[i + 2], cnt, w, step)))
-                return 0;
+            if (out > 0 &&
+                (add(s, t[out - 1], a, -cnt, w, step) || add(s, t[out - 1], c, cnt, w, step)))
+                return -1;
+            if (i + 2 < n &&
+                (add(s, b, t[i + 2], -cnt, w, step) || add(s, c, t[i + 2], cnt, w, step)))
+                return -1;
             t[out++] = c;
             i += 2;
         } else {
@@ -202,28 +206,28 @@ static int merge_word(State *s, int32_t w, int32_t a, int32_t b, int32_t c, int3
         }
     }
     s->word_len[w] = out;
-    return 1;
+    return 0;
 }
 
-/* The best pair by lazy validation of heap entries; -1 when no pair is left. */
-static int32_t pop_best(State *s) {
+/* *best = the best pair by lazy validation of heap entries, or -1 when no pair is left. */
+static int pop_best(State *s, int32_t *best) {
     while (s->n_heap) {
         Entry e = heap_pop(s);
         int64_t current = s->pairs[e.pair].count;
-        if (current == e.count) return e.pair;
-        if (current > 0 && current < e.count && !heap_push(s, e.pair)) return -2;
+        if (current == e.count) return *best = e.pair, 0;
+        if (current > 0 && current < e.count && heap_push(s, e.pair)) return -1;
     }
-    return -1;
+    return *best = -1, 0;
 }
 
-/* One merge; 1 done, 0 nothing left to merge, -1 out of memory. */
+/* One merge into (*left, *right); *left = -1 when nothing is left to merge. */
 static int merge_step(State *s, int32_t step, int32_t *left, int32_t *right) {
-    int32_t best = pop_best(s);
-    if (best == -1) return 0;
-    if (best < 0) return -1;
+    int32_t best;
+    if (pop_best(s, &best)) return -1;
+    if (best < 0) return *left = -1, 0;
     int32_t a = s->pairs[best].left, b = s->pairs[best].right, c = s->n_tokens++;
     int32_t la = s->tok_len[a], lb = s->tok_len[b];
-    if (!grow((void **)&s->arena, &s->arena_cap, s->arena_len + la + lb, 1)) return -1;
+    if (grow((void **)&s->arena, &s->arena_cap, s->arena_len + la + lb, 1)) return -1;
     memcpy(s->arena + s->arena_len, s->arena + s->tok_off[a], la);
     memcpy(s->arena + s->arena_len + la, s->arena + s->tok_off[b], lb);
     s->tok_off[c] = s->arena_len;
@@ -237,7 +241,7 @@ static int merge_step(State *s, int32_t step, int32_t *left, int32_t *right) {
         int32_t w = words[k];
         if (s->word_stamp[w] == step) continue;
         s->word_stamp[w] = step;
-        if (!merge_word(s, w, a, b, c, step)) return -1;
+        if (merge_word(s, w, a, b, c, step)) return -1;
     }
     Pair *p = &s->pairs[best];
     free(p->words);
@@ -245,10 +249,10 @@ static int merge_step(State *s, int32_t step, int32_t *left, int32_t *right) {
     p->n_words = p->cap_words = 0;
     p->count = 0;
     for (int64_t k = 0; k < s->n_touched; k++)
-        if (s->pairs[s->touched[k]].count > 0 && !heap_push(s, s->touched[k])) return -1;
+        if (s->pairs[s->touched[k]].count > 0 && heap_push(s, s->touched[k])) return -1;
     *left = a;
     *right = b;
-    return 1;
+    return 0;
 }
 
 static void state_free(State *s) {
@@ -258,14 +262,14 @@ static void state_free(State *s) {
     free(s->heap), free(s->touched);
 }
 
-/* Copy the words in, count every adjacent pair, heapify. 0 with an exception set on error. */
+/* Copy the words in, count every adjacent pair, heapify; -1 with an exception set. */
 static int state_init(State *s, PyObject *words, PyObject *counts, int32_t num_merges) {
     Py_ssize_t n = PyList_GET_SIZE(words);
     int64_t total = 0;
     for (Py_ssize_t w = 0; w < n; w++) {
         if (!PyBytes_Check(PyList_GET_ITEM(words, w))) {
             PyErr_SetString(PyExc_TypeError, "words must be a list of bytes");
-            return 0;
+            return -1;
         }
         total += PyBytes_GET_SIZE(PyList_GET_ITEM(words, w));
     }
@@ -279,10 +283,10 @@ static int state_init(State *s, PyObject *words, PyObject *counts, int32_t num_m
     s->word_stamp = malloc((n + 1) * sizeof(int32_t));
     s->word_count = malloc((n + 1) * sizeof(int64_t));
     if (!s->tok_off || !s->tok_len || !s->sym || !s->word_start || !s->word_len ||
-        !s->word_stamp || !s->word_count || !grow((void **)&s->arena, &s->arena_cap, 256, 1) ||
-        !table_resize(s, 1024)) {
+        !s->word_stamp || !s->word_count || grow((void **)&s->arena, &s->arena_cap, 256, 1) ||
+        table_resize(s, 1024)) {
         PyErr_NoMemory();
-        return 0;
+        return -1;
     }
     for (int32_t t = 0; t < 256; t++) s->arena[t] = (uint8_t)t, s->tok_off[t] = t, s->tok_len[t] = 1;
     s->arena_len = 256;
@@ -293,24 +297,24 @@ static int state_init(State *s, PyObject *words, PyObject *counts, int32_t num_m
         const uint8_t *bytes = (const uint8_t *)PyBytes_AS_STRING(word);
         Py_ssize_t len = PyBytes_GET_SIZE(word);
         int64_t cnt = PyLong_AsLongLong(PyList_GET_ITEM(counts, w));
-        if (cnt == -1 && PyErr_Occurred()) return 0;
+        if (cnt == -1 && PyErr_Occurred()) return -1;
         s->word_start[w] = pos;
         s->word_len[w] = (int32_t)len;
         s->word_stamp[w] = -1;
         s->word_count[w] = cnt;
         for (Py_ssize_t i = 0; i < len; i++) s->sym[pos + i] = bytes[i];
         for (Py_ssize_t i = 0; i + 1 < len; i++)
-            if (!add(s, bytes[i], bytes[i + 1], cnt, (int32_t)w, -1)) return PyErr_NoMemory(), 0;
+            if (add(s, bytes[i], bytes[i + 1], cnt, (int32_t)w, -1)) return PyErr_NoMemory(), -1;
         pos += len;
     }
-    if (!grow((void **)&s->heap, &s->cap_heap, s->n_pairs + 1, sizeof(Entry))) {
+    if (grow((void **)&s->heap, &s->cap_heap, s->n_pairs + 1, sizeof(Entry))) {
         PyErr_NoMemory();
-        return 0;
+        return -1;
     }
     for (int32_t p = 0; p < s->n_pairs; p++)
         if (s->pairs[p].count > 0) s->heap[s->n_heap++] = (Entry){s->pairs[p].count, p};
     for (int64_t i = s->n_heap / 2 - 1; i >= 0; i--) sift_down(s, i);
-    return 1;
+    return 0;
 }
 
 #define PROGRESS_EVERY 512
@@ -333,18 +337,20 @@ static PyObject *learn_merges(PyObject *self, PyObject *args, PyObject *kwargs) 
         PyErr_NoMemory();
         goto done;
     }
-    if (!state_init(&s, words, counts, num_merges)) goto done;
-    int32_t done_merges = 0, status = 1;
-    while (status == 1 && done_merges < num_merges) {
+    if (state_init(&s, words, counts, num_merges)) goto done;
+    int32_t done_merges = 0, status = 0, exhausted = 0;
+    while (!status && !exhausted && done_merges < num_merges) {
         int32_t start = done_merges, stop = done_merges + PROGRESS_EVERY;
         if (stop > num_merges) stop = num_merges;
         Py_BEGIN_ALLOW_THREADS;
-        while (done_merges < stop &&
-               (status = merge_step(&s, done_merges, &merged[2 * done_merges],
-                                    &merged[2 * done_merges + 1])) == 1)
+        while (done_merges < stop) {
+            int32_t *pair = &merged[2 * done_merges];
+            if ((status = merge_step(&s, done_merges, &pair[0], &pair[1]))) break;
+            if ((exhausted = pair[0] < 0)) break;
             done_merges++;
+        }
         Py_END_ALLOW_THREADS;
-        if (status < 0) {
+        if (status) {
             PyErr_NoMemory();
             goto done;
         }
