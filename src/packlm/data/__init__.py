@@ -3,7 +3,7 @@
 Prepare time, once per fingerprint (`packlm.data.store`):
     sources -> documents -> tokenizer (`packlm.tokenizer.cache`) -> token store
 Epoch time, every epoch, in every rank and worker (`packlm.data.epoch`):
-    token store -> epoch plan -> windows -> packing -> samples -> collate -> statistics
+    token store -> epoch plan (order -> packing -> windows) -> samples -> collate -> statistics
 
 1. `config.py`: the `data` config group (`DataConfig`), validated before any work.
 2. `store/`: `prepare_stores` -> tokenizer + train/val `TokenStore`s, cached.

@@ -1,4 +1,4 @@
-"""Epoch time: token store -> epoch plan -> windows -> packing -> samples -> batches.
+"""Epoch time: token store -> epoch plan (order -> packing -> windows) -> samples -> batches.
 
 1. `plan.py`: `build_plan(document lengths, data config, epoch)` -> `EpochPlan`: document
    order (mixing weights, shuffle), packs, offsets, windows, sample order; a pure function
