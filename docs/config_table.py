@@ -32,7 +32,7 @@ def attribute_docs(cls: type) -> dict[str, str]:
     """{field: its docstring} of a dataclass and its bases, read from the source."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if not is_dataclass(klass):
+        if not is_dataclass(klass) or klass.__module__ == "types":  # made by make_dataclass
             continue
         tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
         body = tree.body[0].body
@@ -58,11 +58,14 @@ def rows() -> list[tuple[str, str, str]]:
         if f.default_factory is MISSING:  # a top-level key
             out.append((f.name, composed[f.name], top_docs.get(f.name, "")))
             continue
-        group = type(f.default_factory())  # a group: one row per key
+        group = type(f.default_factory())  # a group: one row per documented key
         docs = attribute_docs(group)
+        passthrough = getattr(group, "passthrough", None)
         for g in fields(group):
-            if not g.name.startswith("_"):
+            if not g.name.startswith("_") and (g.name in docs or passthrough is None):
                 out.append((f"{f.name}.{g.name}", composed[f.name][g.name], docs.get(g.name, "")))
+        if passthrough:  # e.g. every other lightning.Trainer argument
+            out.append((f"{f.name}.*", "(the library's)", passthrough))
     return out
 
 

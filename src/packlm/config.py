@@ -8,82 +8,34 @@ checks ranges and allowed values, all before any work starts.
 from __future__ import annotations
 
 import os
+import re
+import sys
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
 
-from packlm.config_group import ConfigGroup, check_choice
+from packlm.config_group import ConfigGroup
 from packlm.data.config import DataConfig
 from packlm.data.store.cache import DEFAULT_CACHE_DIR
 from packlm.errors import ConfigError
 from packlm.model.config import ModelConfig, OptimConfig
 from packlm.tokenizer.config import TokenizerConfig
+from packlm.trainer_config import TrainerConfig, TrainerSchema
 
 # conf/ at the top of the project (src/packlm/config.py -> ../../conf); PACKLM_CONFIG_DIR overrides.
 CONFIG_DIR = str(
     Path(os.environ.get("PACKLM_CONFIG_DIR", Path(__file__).resolve().parents[2] / "conf"))
 )
 
-PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "64-true")
-
 
 @dataclass
 class DataSchema(DataConfig):
     _target_: str = "packlm.data.datamodule.PackedDataModule"
-
-
-@dataclass
-class TrainerConfig(ConfigGroup):
-    """The `lightning.Trainer` arguments packlm exposes, passed through as they are."""
-
-    group: ClassVar[str] = "trainer"
-
-    accelerator: str = "auto"
-    """cpu, gpu, mps, auto."""
-    devices: Any = 1
-    """Devices per node (an int, a list of ids, or "auto")."""
-    strategy: str = "auto"
-    """auto, ddp, ddp_spawn, ... (ddp on CPU: `trainer.accelerator=cpu trainer.devices=2`)."""
-    num_nodes: int = 1
-    """Nodes of a multi-node run."""
-    precision: str = "32-true"
-    """32-true, bf16-mixed, 16-mixed, bf16-true, 64-true."""
-    max_steps: int = 600
-    """Optimizer steps of the run (-1: no limit; see train.max_supervised_tokens)."""
-    max_epochs: int = -1
-    """Epochs of the run (-1: no limit)."""
-    val_check_interval: Any = 200
-    """Training batches between validations (or a fraction of an epoch)."""
-    check_val_every_n_epoch: int | None = None
-    """Validate every N epochs instead (null: by val_check_interval)."""
-    limit_val_batches: Any = 1.0
-    """Validation batches per validation (a fraction or a count)."""
-    accumulate_grad_batches: int = 1
-    """Micro-batches per optimizer step; the loss stays exactly sum CE / N of the step."""
-    gradient_clip_val: float | None = 1.0
-    """Clip the gradient norm to this value (null: no clipping)."""
-    log_every_n_steps: int = 10
-    """Write training curves every N optimizer steps."""
-    num_sanity_val_steps: int = 0
-    """Validation batches run before training as a check."""
-    enable_progress_bar: bool = True
-    """Show the progress bar."""
-    deterministic: bool = False
-    """Deterministic algorithms only (slower)."""
-    fast_dev_run: Any = False
-    """Run N batches (true: 1) of training and validation as a smoke test."""
-
-    def validate(self) -> TrainerConfig:
-        """Raise ConfigError naming the key of the first invalid value; returns self."""
-        check_choice("trainer.precision", self.precision, PRECISIONS)
-        if self.accumulate_grad_batches < 1:
-            raise ConfigError(
-                f"trainer.accumulate_grad_batches={self.accumulate_grad_batches}: must be >= 1"
-            )
-        return self
 
 
 @dataclass
@@ -131,7 +83,7 @@ class PackLMConfig:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    trainer: TrainerSchema = field(default_factory=TrainerSchema)
     train: TrainConfig = field(default_factory=TrainConfig)
     seed: int = 1337
     """Seeds the model's initialization and, through data.seed, the epoch plans."""
@@ -139,12 +91,68 @@ class PackLMConfig:
     """Tokenizers and token stores, keyed by fingerprint, shared by all runs and sweeps
     (the environment variable PACKLM_CACHE overrides the default)."""
     ckpt_path: str | None = None
-    """Resume from this checkpoint (outputs/<date>/<time>/checkpoints/last.ckpt) into its run."""
+    """Resume from this checkpoint (outputs/<date>/<time>/checkpoints/last.ckpt) into its run:
+    model, optimizer, schedule and the exact next batch (README: resume)."""
+    init_from: str | None = None
+    """Start a new run from this checkpoint's weights only (new optimizer, schedule, data
+    position), like nanoGPT's init_from; the tokenizer must be the checkpoint's."""
+    optimized_metric: str = "val/bpb"
+    """What `main` returns to a sweeper (val/bpb compares windows and tokenizers)."""
+    logger: Any = None
+    """Loggers by name, each {_target_: ..., ...} (the `logger` group: tensorboard, csv,
+    many, wandb); save_dir is the run directory."""
+    callbacks: Any = None
+    """Extra Lightning callbacks by name, each {_target_: ..., ...} (the `callbacks` group;
+    add one with +callbacks.<name>._target_=...)."""
+
+
+OPTIMIZED_METRICS = ("val/bpb", "val/loss", "val/ppl", "train/loss")
 
 
 def register_configs() -> None:
-    """Make `packlm_schema` available to the defaults list of conf/config.yaml."""
+    """Make `packlm_schema` available to conf/config.yaml, and the resolvers it uses."""
     ConfigStore.instance().store(name="packlm_schema", node=PackLMConfig)
+    OmegaConf.register_new_resolver("packlm.run_dir", _run_dir, replace=True)
+    OmegaConf.register_new_resolver("packlm.output_subdir", _output_subdir, replace=True)
+    OmegaConf.register_new_resolver("packlm.sweep_subdir", sweep_subdir, replace=True)
+    OmegaConf.register_new_resolver("packlm.project_dir", lambda: str(Path(CONFIG_DIR).parent))
+
+
+def _run_dir(ckpt_path: str | None, fresh: str) -> str:
+    """hydra.run.dir: a resume writes into the run its checkpoint belongs to (no new folder)."""
+    if not ckpt_path or not Path(ckpt_path).is_file():  # a missing file is named by validation
+        return fresh
+    parent = Path(ckpt_path).resolve().parent
+    return str(parent.parent if parent.name == "checkpoints" else parent)
+
+
+def _output_subdir(ckpt_path: str | None) -> str:
+    """Where Hydra writes the composed config: a resume keeps the first run's .hydra/ and adds
+    .hydra/resume-<time>/."""
+    return f".hydra/resume-{datetime.now():%Y-%m-%d_%H-%M-%S}" if ckpt_path else ".hydra"
+
+
+SWEEP_SYNTAX = re.compile(r"^[^=]+=(?:.*,.*|(?:range|choice|interval|glob)\(.*)$")
+NOT_IN_NAMES = ("cache_dir", "ckpt_path", "init_from", "data.sources", "data.val_sources")
+
+
+def sweep_subdir() -> str:
+    """hydra.sweep.subdir: `<job>_<what the sweep varies>`, e.g. 3_data.stride=64,data.window=128.
+
+    The varied keys are the command-line overrides written as a sweep (a,b / range(...)) and
+    a sweeper's own params; paths, seeds and the cache never make a name. Without any, the
+    job's other overrides name it.
+    """
+    hydra = HydraConfig.get()
+    typed = [a.lstrip("+~") for a in sys.argv[1:] if SWEEP_SYNTAX.match(a.lstrip("+~"))]
+    varied = {a.split("=", 1)[0] for a in typed}
+    varied |= set((OmegaConf.select(hydra, "sweeper.params", default=None) or {}).keys())
+    pairs = [o.lstrip("+~").split("=", 1) for o in hydra.overrides.task if "=" in o]
+    named = [(k, v) for k, v in pairs if k in varied] or [
+        (k, v) for k, v in pairs if not k.startswith(NOT_IN_NAMES) and not k.endswith("seed")
+    ]
+    name = ",".join(f"{k}={v}" for k, v in named) or "defaults"
+    return f"{hydra.job.num}_" + re.sub(r"[^A-Za-z0-9_.,=+-]+", "_", name)[:200]
 
 
 register_configs()
@@ -165,14 +173,20 @@ class Validated:
 def validate_config(cfg: DictConfig) -> Validated:
     """Every group checked, cross-group constraints too; raises ConfigError naming the key."""
     model = ModelConfig.from_mapping(cfg.model)
-    trainer = TrainerConfig.from_mapping(cfg.trainer)
+    trainer = TrainerSchema.from_mapping(cfg.trainer)
     train = TrainConfig.from_mapping(cfg.train)
-    if trainer.max_steps <= 0 and trainer.max_epochs <= 0 and not train.max_supervised_tokens:
+    if (
+        trainer.max_steps <= 0
+        and trainer.max_epochs <= 0
+        and trainer.max_time is None
+        and not train.max_supervised_tokens
+    ):
         raise ConfigError(
             f"trainer.max_steps={trainer.max_steps}: with trainer.max_epochs={trainer.max_epochs} "
-            "nothing ends the run; set trainer.max_steps, trainer.max_epochs or "
-            "train.max_supervised_tokens"
+            "nothing ends the run; set trainer.max_steps, trainer.max_epochs, trainer.max_time "
+            "or train.max_supervised_tokens"
         )
+    _check_top_level(cfg)
     return Validated(
         data=DataConfig.from_mapping(cfg.data).validate(model_context=model.context_length),
         tokenizer=TokenizerConfig.from_mapping(cfg.tokenizer),
@@ -181,3 +195,26 @@ def validate_config(cfg: DictConfig) -> Validated:
         trainer=trainer,
         train=train,
     )
+
+
+def _check_top_level(cfg: DictConfig) -> None:
+    """The keys at the top of conf/config.yaml, named when wrong."""
+    seed = cfg.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
+        raise ConfigError(f"seed={seed!r}: must be an integer in [0, 2**32)")
+    metric = cfg.get("optimized_metric")
+    if metric not in OPTIMIZED_METRICS:
+        raise ConfigError(f"optimized_metric={metric!r}: allowed {list(OPTIMIZED_METRICS)}")
+    if cfg.get("ckpt_path") and cfg.get("init_from"):
+        raise ConfigError(
+            "ckpt_path and init_from are both set: ckpt_path resumes a run, init_from starts a "
+            "new one from its weights; give one"
+        )
+    for key in ("ckpt_path", "init_from"):
+        path = cfg.get(key)
+        if path and not Path(path).is_file():
+            raise ConfigError(f"{key}={path}: no such checkpoint")
+    for group in ("logger", "callbacks"):
+        for name, node in (cfg.get(group) or {}).items():
+            if node is not None and "_target_" not in node:
+                raise ConfigError(f"{group}.{name}: needs a _target_ (the class to build)")

@@ -9,6 +9,7 @@ group does not have is an error naming it and the allowed ones.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, ClassVar, TypeVar
@@ -37,7 +38,11 @@ class ConfigGroup:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(plain) - known)
         if unknown:
-            raise ConfigError(f"{cls.group}.{unknown[0]}: unknown key; allowed {sorted(known)}")
+            near = difflib.get_close_matches(unknown[0], sorted(known), n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(near)}?)" if near else ""
+            raise ConfigError(
+                f"{cls.group}.{unknown[0]}: unknown key{hint}; allowed {sorted(known)}"
+            )
         return cls(**cls._from_config_values(plain)).validate()
 
     @classmethod

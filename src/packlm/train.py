@@ -10,8 +10,9 @@ import errno
 import logging
 import math
 import os
+import sys
 import tempfile
-import warnings
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -39,17 +40,27 @@ from packlm.callbacks import (
     TextSamples,
     TrainingStopped,
 )
+from packlm.callbacks.resumed_settings import ResumedSettings
 from packlm.config import CONFIG_DIR, Validated, validate_config
 from packlm.data.datamodule import PackedDataModule
+from packlm.data.store.sources import SourceError
+from packlm.data.store.token_store import StoreError
+from packlm.errors import ConfigError
 from packlm.model.lit_module import LitCausalLM
 from packlm.run.ddp_hydra import ddp_relaunch_runs_this_job
-from packlm.run.resume import check_model_shape, check_resume, read_checkpoint, run_dir_of
+from packlm.run.loggers import build_callbacks, build_loggers
+from packlm.run.report import log_model_size, quiet_lightning_tips, summary
+from packlm.run.resume import (
+    changed_settings,
+    check_init_from,
+    check_model_shape,
+    check_resume,
+    read_checkpoint,
+    run_dir_of,
+    run_settings,
+)
 
 log = logging.getLogger(__name__)
-
-# LitCausalLM tags stream batches in on_before_batch_transfer (on the CPU, no device sync);
-# the DataModule has no such hook, so Lightning's "it will use the LightningModule's" is moot.
-warnings.filterwarnings("ignore", message=".*overridden `on_before_batch_transfer`.*")
 
 
 def train(
@@ -64,35 +75,34 @@ def train(
     `TrainingStopped` (`main` turns it into exit code 128 + the signal number).
     """
     config = validate_config(cfg)  # every key checked before any work starts
-    checkpoint = None
+    checkpoint = init = None
     if cfg.ckpt_path:  # resume: keep writing into the run the checkpoint belongs to
         run_dir = run_dir_of(Path(cfg.ckpt_path))
         checkpoint = read_checkpoint(Path(cfg.ckpt_path))
         check_resume(cfg.ckpt_path, checkpoint, config)
+    if cfg.init_from:
+        init = read_checkpoint(Path(cfg.init_from), key="init_from")
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     _check_writable(run_dir, "the run directory (hydra.run.dir)")
     _check_writable(Path(cfg.cache_dir), "cache_dir")
-    L.seed_everything(cfg.seed, workers=True)
+    quiet_lightning_tips()
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = PackedDataModule.from_config(config, cfg.cache_dir)
     datamodule.prepare_data()
     datamodule.setup("fit")
     _log_data_counts(datamodule)
     model_config = replace(config.model, vocab_size=datamodule.vocab_size)
+    resume_step = None
     if checkpoint is not None:
         check_model_shape(cfg.ckpt_path, checkpoint, model_config)
+        for change in changed_settings(checkpoint, config):
+            log.info("resume applies a changed setting: %s", change)
+        resume_step = int(checkpoint.get("global_step", 0))
         del checkpoint
-    logger = TensorBoardLogger(
-        save_dir=str(run_dir), name="tb", version="", default_hp_metric=False
-    )
-    checkpoints = ModelCheckpoint(
-        dirpath=run_dir / "checkpoints",
-        filename="best-step{step}",
-        auto_insert_metric_name=False,
-        monitor="val/loss",
-        mode="min",
-        save_last=False,  # LastCheckpoint writes last.ckpt (every N steps, at the end, on stop)
-    )
+    if init is not None:
+        check_init_from(cfg.init_from, init, model_config, datamodule.tokenizer)
+    validates = _has_validation(config, datamodule)
     last = LastCheckpoint(run_dir / "checkpoints", config.train.checkpoint_every_n_steps)
     budget = (
         [SupervisedTokenBudget(config.train.max_supervised_tokens)]
@@ -102,11 +112,12 @@ def train(
     validated_at: list[int] = []  # global steps of in-fit validations
     callbacks = [
         LambdaCallback(on_validation_end=lambda tr, _: validated_at.append(tr.global_step)),
-        checkpoints,
+        *build_callbacks(cfg.callbacks, run_dir, validates),
         *budget,  # before LastCheckpoint, which saves on the step the budget stops at
         last,
         GracefulStop(last),  # after LastCheckpoint: one write when both want the same step
-        CheckpointExtras(datamodule.tokenizer, asdict(config.data)),
+        CheckpointExtras(datamodule.tokenizer, asdict(config.data), run_settings(config)),
+        ResumedSettings(config.optim),
         StepMetrics(),  # before SupervisedTokenAxis, which reads the train/loss it logs
         SupervisedTokenAxis(config.trainer.log_every_n_steps),
         *callbacks,
@@ -123,12 +134,17 @@ def train(
             )
         )
 
-    trainer_kwargs = asdict(config.trainer)
+    trainer_kwargs = config.trainer.trainer_kwargs()
     if config.train.max_supervised_tokens:
         trainer_kwargs["max_steps"] = -1  # the token budget decides
+    if not validates:
+        trainer_kwargs["limit_val_batches"] = 0
+    if not any(isinstance(c, ModelCheckpoint) for c in callbacks):  # callbacks=none
+        trainer_kwargs.setdefault("enable_checkpointing", False)  # no Lightning default one
+    loggers = build_loggers(cfg.logger, run_dir, resume_step)
     trainer = L.Trainer(
         **trainer_kwargs,
-        logger=logger,
+        logger=loggers or False,
         callbacks=callbacks,
         plugins=[AtomicCheckpointIO()],
         use_distributed_sampler=False,  # the DataModule shards the epoch plan itself
@@ -137,10 +153,19 @@ def train(
     )
     module = LitCausalLM(model=model_config, optim=_schedule_horizon(config, datamodule, trainer))
     module.set_token_byte_lengths(datamodule.token_byte_lengths)  # for val/bpb
-    _log_hparams(logger, config, datamodule)
+    if init is not None:
+        module.load_state_dict(init["state_dict"])
+        log.info("init_from: weights of %s (a new run: new optimizer and schedule)", cfg.init_from)
+        del init
+    if trainer.is_global_zero:
+        log_model_size(module)
+    for logger in loggers:
+        if isinstance(logger, TensorBoardLogger):
+            _log_hparams(logger, config, datamodule)
+    start = time.perf_counter()
     with ddp_relaunch_runs_this_job(trainer):
         try:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+            trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=False)
         except TrainingStopped as stopped:
             if trainer.is_global_zero:
                 log.warning("%s", stopped)
@@ -153,7 +178,8 @@ def train(
         }
         already_validated = bool(validated_at) and validated_at[-1] == trainer.global_step
         if (
-            config.train.validate_at_end
+            validates
+            and config.train.validate_at_end
             and not config.trainer.fast_dev_run
             and not already_validated
         ):
@@ -161,8 +187,19 @@ def train(
             metrics.update({k: float(v) for k, v in final.items()})
     metrics["tokens/supervised"] = float(module.supervised_tokens_seen)
     if trainer.is_global_zero:
-        _report(metrics, last.path, run_dir)
+        seconds = time.perf_counter() - start
+        print(summary(metrics, seconds, trainer.global_step, last.path, run_dir, validates))
     return metrics
+
+
+def _has_validation(config: Validated, datamodule: PackedDataModule) -> bool:
+    """Validation runs unless the val split is empty or trainer.limit_val_batches=0."""
+    if config.trainer.limit_val_batches in (0, 0.0):
+        return False
+    if datamodule.store("val").n_docs == 0:
+        log.info("no validation: the val split has no documents (data.val_fraction=0)")
+        return False
+    return True
 
 
 def _schedule_horizon(config: Validated, datamodule: PackedDataModule, trainer: L.Trainer):
@@ -204,8 +241,8 @@ def _log_hparams(
         "train/max_supervised_tokens": config.train.max_supervised_tokens or 0,
     }
     writer = logger.experiment
-    for summary in hparams_summary(params, {"val/loss": 0.0, "val/bpb": 0.0}):
-        writer.file_writer.add_summary(summary)
+    for event in hparams_summary(params, {"val/loss": 0.0, "val/bpb": 0.0}):
+        writer.file_writer.add_summary(event)
 
 
 def _check_writable(directory: Path, what: str) -> None:
@@ -236,25 +273,25 @@ def _log_data_counts(datamodule: PackedDataModule) -> None:
         )
 
 
-def _report(metrics: dict[str, float], last: Path, run_dir: Path) -> None:
-    lines = [
-        f"val/loss {metrics.get('val/loss', float('nan')):.4f}   val/bpb {metrics.get('val/bpb', float('nan')):.4f}",
-        f"checkpoint: {last}",
-        f"TensorBoard: tensorboard --logdir {run_dir}",
-    ]
-    print("\n".join(lines))
-
-
 @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> float:
-    """Hydra entry point; returns val/loss so sweepers can optimize it."""
+    """Hydra entry point; returns `optimized_metric` (val/bpb by default) for sweepers.
+
+    packlm's own errors (a bad config value, a bad source, an unreadable checkpoint) print as
+    one message and exit 2 (config) or 1 (data, files); HYDRA_FULL_ERROR=1 shows the traceback.
+    """
     try:
         metrics = train(cfg)
     except TrainingStopped as stopped:
         # rank 0 reports the signal; other DDP ranks end cleanly (a non-zero exit of a child
         # makes Lightning's process observer SIGKILL every rank)
         raise SystemExit(stopped.exit_code if rank_zero_only.rank == 0 else 0) from None
-    return metrics.get("val/loss", float("nan"))
+    except (ConfigError, SourceError, StoreError, OSError) as e:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2 if isinstance(e, ConfigError) else 1) from None
+    return metrics.get(cfg.optimized_metric, float("nan"))
 
 
 if __name__ == "__main__":

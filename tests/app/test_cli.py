@@ -44,5 +44,5 @@ def test_two_by_two_sweep_gives_four_runs_with_hparams(tiny_args, tmp_path):
         plugins = acc.PluginTagToContent("hparams")
         assert "_hparams_/experiment" in plugins and "_hparams_/session_start_info" in plugins
         combos.add(run_dir.name)
-    names = {c.split("_", 1)[1] for c in combos}
-    assert names == {f"window={w}_stride={s}_document" for w in (16, 32) for s in (8, 16)}
+    names = {c.split("_", 1)[1] for c in combos}  # named by what the sweep varies, nothing else
+    assert names == {f"data.window={w},data.stride={s}" for w in (16, 32) for s in (8, 16)}

@@ -54,7 +54,7 @@ def test_data_group_instantiates_with_target(compose_tiny):
         ("model.n_head=3", "model.n_head"),
         ("tokenizer.vocab_size=10", "tokenizer.vocab_size"),
         ("trainer.precision=8-bit", "trainer.precision"),
-        ("+trainer.limit_train_batches=5", "trainer.limit_train_batches"),  # unknown: not dropped
+        ("+trainer.limit_trian_batches=5", "trainer.limit_trian_batches"),  # unknown: not dropped
         ('tokenizer.pattern="("', "tokenizer.pattern"),
         ("trainer.max_steps=-1", "trainer.max_steps"),  # nothing would end the run
     ],

@@ -118,7 +118,7 @@ def test_a_sweep_with_ddp_creates_one_directory_per_job(tiny_corpus, cache_dir, 
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-5000:]
     jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
-    assert jobs == ["0_window=32_stride=8_document", "1_window=32_stride=16_document"]
+    assert jobs == ["0_data.stride=8", "1_data.stride=16"]
     for job in jobs:
         assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
         assert (sweep / job / "train_ddp_process_1.log").is_file()

@@ -6,7 +6,11 @@ step budget gives different runs different amounts of learning signal; this one 
 
 from __future__ import annotations
 
+import logging
+
 import lightning as L
+
+log = logging.getLogger(__name__)
 
 
 class SupervisedTokenBudget(L.Callback):
@@ -19,5 +23,14 @@ class SupervisedTokenBudget(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
         # The count is summed over ranks inside the module, so every rank stops at the same step.
-        if pl_module.supervised_tokens_seen >= self.max_supervised_tokens:
+        if (
+            pl_module.supervised_tokens_seen >= self.max_supervised_tokens
+            and not trainer.should_stop
+        ):
             trainer.should_stop = True
+            if trainer.is_global_zero:
+                log.info(
+                    "train.max_supervised_tokens=%d reached at step %d (%d supervised tokens): "
+                    "the run ends on its token budget",
+                    self.max_supervised_tokens, trainer.global_step, pl_module.supervised_tokens_seen,
+                )  # fmt: skip

@@ -15,12 +15,19 @@ KEY = "packlm"
 
 
 class CheckpointExtras(L.Callback):
-    def __init__(self, tokenizer: Any, data_config: dict[str, Any]):
+    def __init__(
+        self, tokenizer: Any, data_config: dict[str, Any], settings: dict[str, Any] | None = None
+    ):
         self.tokenizer = tokenizer
         self.data_config = data_config
+        self.settings = settings or {}  # run settings a resume compares (trainer.max_steps, ...)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
-        checkpoint[KEY] = {"tokenizer": self.tokenizer.__getstate__(), "data": self.data_config}
+        checkpoint[KEY] = {
+            "tokenizer": self.tokenizer.__getstate__(),
+            "data": self.data_config,
+            "settings": self.settings,
+        }
 
 
 def tokenizer_from_checkpoint(checkpoint: dict[str, Any]):

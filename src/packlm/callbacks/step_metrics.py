@@ -73,4 +73,8 @@ class StepMetrics(L.Callback):
             "throughput/documents_per_s": since["documents"] / seconds,
         }
         pl_module.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
+        pl_module.log(  # supervised tokens/s on the progress bar only
+            "tok/s", since["supervised"] / seconds, prog_bar=True, logger=False, on_step=True,
+            on_epoch=False, batch_size=1,
+        )  # fmt: skip
         self._since_log = dict.fromkeys(("seconds", *COUNTS), 0.0)

@@ -42,6 +42,9 @@ class ModelConfig(ConfigGroup):
     attention: str = "auto"
     """auto (FlexAttention on CUDA, SDPA elsewhere), sdpa (dense mask), flex (FlexAttention;
     compiled on CUDA; on CPU torch only has a slow forward-only reference, for tests)."""
+    compile: bool = False
+    """torch.compile the Transformer (inductor: fused kernels; on CPU it needs a C compiler;
+    the first steps pay the compile time). Checkpoints stay the same."""
 
     @property
     def head_dim(self) -> int:

@@ -50,6 +50,9 @@ class LitCausalLM(L.LightningModule):
             {"model": as_dict(self.model_config), "optim": as_dict(self.optim_config)}
         )
         self.model = Transformer(self.model_config)
+        # model.compile: a compiled view of the same module, not a submodule (same state_dict)
+        compiled = torch.compile(self.model) if self.model_config.compile else self.model
+        object.__setattr__(self, "_run_model", compiled)
         self.register_buffer("token_byte_lengths", None, persistent=False)
         if token_byte_lengths is not None:
             self.set_token_byte_lengths(token_byte_lengths)
@@ -79,7 +82,7 @@ class LitCausalLM(L.LightningModule):
         return self.tokens_seen["supervised"]
 
     def forward(self, input_ids, segment_ids=None, position_ids=None) -> Tensor:
-        return self.model(input_ids, segment_ids, position_ids)  # [B, T, V]
+        return self._run_model(input_ids, segment_ids, position_ids)  # [B, T, V]
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Mark stream batches (all segment ids 0) while they are still on the CPU, so the
@@ -180,9 +183,12 @@ class LitCausalLM(L.LightningModule):
         optimizer = torch.optim.AdamW(
             groups, lr=o.lr, betas=o.betas, eps=o.eps, fused=self.device.type == "cuda"
         )
-        total = (
-            o.max_steps if o.max_steps is not None else int(self.trainer.estimated_stepping_batches)
-        )
+        total = o.max_steps if o.max_steps is not None else self.trainer.estimated_stepping_batches
+        if not math.isfinite(total):  # only trainer.max_time ends the run: no horizon to decay to
+            rank_zero_warn(
+                "no step horizon (trainer.max_time alone): the lr stays flat after warmup"
+            )
+            total = math.inf
         schedule = partial(lr_factor, warmup=o.warmup_steps, total=total, min_ratio=o.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {
@@ -204,5 +210,7 @@ def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
     cosine from 1 down to min_ratio at step `total`, flat after."""
     if step < warmup:
         return (step + 1) / warmup
+    if total == math.inf:
+        return 1.0
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))

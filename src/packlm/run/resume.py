@@ -1,7 +1,13 @@
-"""Checks on `ckpt_path` made before any work starts, so a wrong resume fails in seconds.
+"""Checks on `ckpt_path` and `init_from` made before any work starts, so a wrong resume
+fails in seconds, and the list of settings a resume applies.
 
-A checkpoint from another data plan or another model shape would otherwise fail deep inside
-Lightning (or, worse, train on different batches than the run it continues).
+What a resume does with each setting that differs from the checkpoint's (README, resume):
+- refused, naming the key: the data plan (`data.*` keys of the plan, the store), the model
+  shape, the tokenizer (vocab_size), the rank count. Start a new run from the weights with
+  `init_from=<ckpt>` instead.
+- applied, and logged: `optim.*` (lr, betas, eps, weight decay, warmup, min_lr_ratio,
+  max_steps: the schedule is rebuilt from the current config), `trainer.max_steps`,
+  `train.max_supervised_tokens`; everything else (logging, validation interval, ...).
 """
 
 from __future__ import annotations
@@ -16,7 +22,11 @@ from packlm.callbacks.checkpoint_extras import KEY as EXTRAS_KEY
 from packlm.config import Validated
 from packlm.data.epoch.loader import PLAN_KEYS, check_plan_signature
 from packlm.errors import ConfigError
-from packlm.model.config import ModelConfig
+from packlm.model.config import ModelConfig, as_dict
+
+NOT_SHAPE = ("compile", "attention", "dropout")
+"""Model keys that change how the model runs, not its weights: a resume may change them."""
+INIT_FROM_HINT = " To start a new run from these weights instead, give init_from=<ckpt>."
 
 
 def run_dir_of(ckpt_path: Path) -> Path:
@@ -26,13 +36,13 @@ def run_dir_of(ckpt_path: Path) -> Path:
     return parent.parent if parent.name == "checkpoints" else parent
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
+def read_checkpoint(path: Path, key: str = "ckpt_path") -> dict[str, Any]:
     """The checkpoint's plain parts (memory-mapped tensors), or a ConfigError naming the file."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # truncated, not a checkpoint, unreadable
         raise ConfigError(
-            f"ckpt_path={path}: cannot read the checkpoint ({type(e).__name__}: {e})"
+            f"{key}={path}: cannot read the checkpoint ({type(e).__name__}: {e})"
         ) from e
 
 
@@ -53,17 +63,66 @@ def check_resume(path: Any, checkpoint: dict[str, Any], config: Validated) -> No
 
 
 def check_model_shape(
-    path: Any, checkpoint: dict[str, Any], model: ModelConfig, skip: tuple[str, ...] = ()
+    path: Any,
+    checkpoint: dict[str, Any],
+    model: ModelConfig,
+    skip: tuple[str, ...] = (),
+    key: str = "ckpt_path",
 ) -> None:
     saved = (checkpoint.get("hyper_parameters") or {}).get("model") or {}
     changed = [
         f"model.{f.name}: {saved[f.name]!r} in the checkpoint, {getattr(model, f.name)!r} now"
         for f in fields(ModelConfig)
-        if f.name in saved and f.name not in skip and saved[f.name] != getattr(model, f.name)
+        if f.name in saved
+        and f.name not in (*skip, *NOT_SHAPE)
+        and saved[f.name] != getattr(model, f.name)
     ]
     if changed:
         raise ConfigError(
-            f"ckpt_path={path}: the model differs from the checkpoint's ("
+            f"{key}={path}: the model differs from the checkpoint's ("
             + "; ".join(changed)
-            + "). Resume with the same model settings (vocab_size comes from the tokenizer)."
+            + (
+                "). Resume with the same model settings (vocab_size comes from the tokenizer)."
+                + INIT_FROM_HINT
+                if key == "ckpt_path"
+                else ")."
+            )
+        )
+
+
+def run_settings(config: Validated) -> dict[str, Any]:
+    """What a checkpoint records so that a resume can say which settings it changes."""
+    return {
+        "trainer.max_steps": config.trainer.max_steps,
+        "train.max_supervised_tokens": config.train.max_supervised_tokens,
+    }
+
+
+def changed_settings(checkpoint: dict[str, Any], config: Validated) -> list[str]:
+    """'key: old -> new' for each applied setting that differs from the checkpoint's."""
+    saved = {
+        **{
+            f"optim.{k}": v
+            for k, v in (checkpoint.get("hyper_parameters") or {}).get("optim", {}).items()
+        },
+        **(checkpoint.get(EXTRAS_KEY) or {}).get("settings", {}),
+    }
+    now = {**{f"optim.{k}": v for k, v in as_dict(config.optim).items()}, **run_settings(config)}
+    return [f"{k}: {saved[k]!r} -> {v!r}" for k, v in now.items() if k in saved and saved[k] != v]
+
+
+def check_init_from(
+    path: Any, checkpoint: dict[str, Any], model: ModelConfig, tokenizer: Any
+) -> None:
+    """init_from needs the same model shape and the same tokenizer (the same ids)."""
+    if "state_dict" not in checkpoint:
+        raise ConfigError(f"init_from={path}: not a packlm training checkpoint (no state_dict)")
+    check_model_shape(path, checkpoint, model, key="init_from")
+    from packlm.callbacks.checkpoint_extras import tokenizer_from_checkpoint
+
+    if tokenizer_from_checkpoint(checkpoint).digest() != tokenizer.digest():
+        raise ConfigError(
+            f"init_from={path}: the checkpoint was trained with another tokenizer; give its "
+            "tokenizer with tokenizer.path=<dir> (Tokenizer.save of the checkpoint's) and the same "
+            "special tokens"
         )

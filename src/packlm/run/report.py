@@ -1,0 +1,55 @@
+"""What a person reads in the terminal: the model's size, why a run stopped, the summary."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import lightning as L
+
+log = logging.getLogger(__name__)
+
+
+class _NoTips(logging.Filter):
+    """Lightning's advertisement for its cloud logger is not about this run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "💡 Tip:" not in record.getMessage()
+
+
+def quiet_lightning_tips() -> None:
+    """Configure the tip off at its source: the logger Lightning's rank_zero_info writes to."""
+    source = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _NoTips) for f in source.filters):
+        source.addFilter(_NoTips())
+
+
+def log_model_size(module: L.LightningModule) -> None:
+    params = sum(p.numel() for p in module.parameters())
+    embedding = module.model.wte.weight.numel()
+    log.info("model: %.2fM parameters (%.2fM in the tied embedding)", params / 1e6, embedding / 1e6)
+
+
+def summary(
+    metrics: dict[str, float],
+    seconds: float,
+    steps: int,
+    last: Path,
+    run_dir: Path,
+    validated: bool,
+) -> str:
+    """The last lines of a run: time, steps, tokens, the final validation, where things are."""
+    tokens = metrics.get("tokens/supervised", 0.0)
+    lines = [
+        f"trained {steps} steps in {seconds:.0f} s: {tokens:,.0f} supervised tokens "
+        f"({tokens / max(seconds, 1e-9):,.0f} tokens/s)",
+    ]
+    if validated and not math.isnan(metrics.get("val/loss", math.nan)):
+        lines.append(
+            f"val/loss {metrics['val/loss']:.4f}   val/bpb {metrics.get('val/bpb', math.nan):.4f}"
+        )
+    else:
+        lines.append("no validation (no validation documents, or trainer.limit_val_batches=0)")
+    lines += [f"checkpoint: {last}", f"TensorBoard: tensorboard --logdir {run_dir}"]
+    return "\n".join(lines)
