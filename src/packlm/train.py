@@ -257,6 +257,11 @@ def _check_writable(directory: Path, what: str) -> None:
         raise OSError(e.errno, f"{what} {directory} is not writable ({hint})") from e
 
 
+def _drop_order(item: tuple[str, int]) -> int:
+    order = ("empty", "invalid_utf8", "binary", "special_files", "duplicate_of_train")
+    return order.index(item[0]) if item[0] in order else len(order)
+
+
 @rank_zero_only
 def _log_data_counts(datamodule: PackedDataModule) -> None:
     """What reading the sources dropped or changed (counted at build time, in the manifests)."""
@@ -268,7 +273,7 @@ def _log_data_counts(datamodule: PackedDataModule) -> None:
             split,
             counts.get("documents", 0),
             counts.get("tokens", 0),
-            ", ".join(f"{v} {k}" for k, v in dropped.items()) or "none",
+            ", ".join(f"{v} {k}" for k, v in sorted(dropped.items(), key=_drop_order)) or "none",
             counts.get("replaced_invalid_utf8", 0),
         )
 

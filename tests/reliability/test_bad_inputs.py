@@ -68,9 +68,25 @@ def test_an_empty_file_is_dropped_and_counted(tiny_corpus, tmp_path, caplog):
     assert "dropped 1 empty, 0 invalid_utf8" in logged_counts(prepared, caplog)
 
 
-def test_a_binary_file_is_an_error_naming_it_or_skipped_and_counted(tiny_corpus, tmp_path, caplog):
+def test_a_binary_file_is_skipped_and_counted_in_a_walk_and_named_alone(
+    tiny_corpus, tmp_path, caplog
+):
     root = corpus_with(tmp_path, tiny_corpus, "image.png", PNG)
-    with pytest.raises(SourceError, match=rf"{root}/image\.png: not valid UTF-8 at byte offset 0"):
+    prepared = build(root, tmp_path / "cache")  # a glob: the binary file is skipped, counted
+    assert prepared.train_manifest["counts"]["dropped"]["binary"] == 1
+    assert prepared.train_manifest["counts"]["dropped"]["invalid_utf8"] == 0
+    assert "1 binary" in logged_counts(prepared, caplog)
+    alone = DataConfig(sources=[str(tiny_corpus), str(root / "image.png")], val_fraction=0.2)
+    with pytest.raises(SourceError, match=rf"{root}/image\.png: a PNG image, not text") as e:
+        prepare_stores(alone, tokenizer(), tmp_path / "cache2", progress=False, num_workers=0)
+    assert "encoding_errors" not in str(e.value)  # never the encoding advice
+
+
+def test_invalid_utf8_text_is_an_error_or_skipped_or_replaced_and_counted(
+    tiny_corpus, tmp_path, caplog
+):
+    root = corpus_with(tmp_path, tiny_corpus, "latin1.txt", b"caf\xe9 au lait, " * 20)
+    with pytest.raises(SourceError, match=rf"{root}/latin1\.txt: not valid UTF-8 at byte offset 3"):
         build(root, tmp_path / "cache")
     skipped = build(root, tmp_path / "cache", encoding_errors="skip")
     assert skipped.train_manifest["counts"]["dropped"]["invalid_utf8"] == 1

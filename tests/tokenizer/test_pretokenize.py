@@ -94,7 +94,34 @@ def test_split_special_longest_first():
 
 def test_resolve_pattern():
     assert resolve_pattern("gpt2") == PATTERNS["gpt2"]
-    assert resolve_pattern(r"\w+") == r"\w+"
+    assert resolve_pattern(r"\w+|\s+|[^\w\s]+") == r"\w+|\s+|[^\w\s]+"
     for bad in ("", "(", None):
         with pytest.raises(ValueError, match="pattern"):
             resolve_pattern(bad)
+
+
+@pytest.mark.parametrize(
+    "pattern, message",
+    [
+        ("x*", "matches the empty string"),
+        (r"\p{L}+", "leaves characters unmatched"),
+        (r"\w+", "unmatched"),
+    ],
+)
+def test_a_pattern_that_would_drop_text_is_refused_naming_tokenizer_pattern(pattern, message):
+    from packlm.errors import ConfigError
+    from packlm.tokenizer.config import TokenizerConfig
+
+    with pytest.raises(ConfigError, match=rf"^tokenizer\.pattern=.*{message}"):
+        TokenizerConfig(pattern=pattern).validate()
+
+
+def test_a_covering_custom_pattern_round_trips_every_character():
+    from packlm.tokenizer import Tokenizer, train_bpe_from_iterator
+    from packlm.tokenizer.pretokenize import COVERAGE_SAMPLE
+
+    text = "Copyright (c) 2024 Google Inc.\n" + COVERAGE_SAMPLE
+    pattern = r"\p{L}+|[\s\S]"
+    vocab, merges = train_bpe_from_iterator([text * 5], 300, ["<|endoftext|>"], pattern=pattern)
+    tok = Tokenizer(vocab, merges, ["<|endoftext|>"], pattern)
+    assert tok.decode(tok.encode(text)) == text

@@ -18,6 +18,7 @@ __all__ = ["DataConfig"]
 PACKING_MODES = ("none", "document", "stream")
 TAIL_POLICIES = ("drop", "cover", "pad")
 ENCODING_ERRORS = ("strict", "replace", "skip")
+SOURCE_KEYS = ("path", "weight", "include", "exclude")
 
 
 @dataclass
@@ -26,9 +27,11 @@ class DataConfig(ConfigGroup):
 
     # --- sources -> documents (packlm.data.store.sources) ---
     sources: list[Any] = field(default_factory=lambda: ["default"])
-    """Entries: "default" (the embedded stdlib corpus), a path or glob of text files, a .jsonl
-    file, or {path: ..., weight: w} to mix sources (each document of the source is seen w
-    times per epoch on average)."""
+    """Entries: "default" (the embedded stdlib corpus), a file, a directory, a glob, or
+    {path: ..., weight: w, include: [...], exclude: [...]}: each document of the source is
+    seen w times per epoch on average; include/exclude are globs on paths under the entry.
+    Files: text, JSON lines (.jsonl/.ndjson/.json), Parquet, Arrow/Feather (the extra
+    packlm[arrow]), a datasets save_to_disk folder; gzip/bz2/xz/zstd compressed (by content)."""
     val_sources: list[Any] | None = None
     """Explicit validation sources (null: `val_fraction` of the documents by content hash);
     exact duplicates of training documents are dropped and counted."""
@@ -36,13 +39,16 @@ class DataConfig(ConfigGroup):
     """Without `val_sources`, this fraction of documents goes to validation by a stable hash
     of the content."""
     text_field: str = "text"
-    """The field holding the text in .jsonl records."""
+    """The field (JSONL) or column (Parquet, Arrow) holding the text."""
     separator: str | None = None
     """Split each text file into documents on this string (e.g. "\\n\\n"; the escapes \\n \\t
     \\r \\\\ are expanded, also when typed on the command line: data.separator='\\n\\n');
     null: one file, one document."""
     encoding_errors: str = "strict"
     """Non-UTF-8 input: strict (error with path and byte offset), replace (U+FFFD), skip (drop the document)."""
+    normalize_newlines: bool = True
+    """CRLF and lone CR become LF before a file is split on the separator (the files changed
+    are counted in the manifest); false: the bytes as they are."""
 
     # --- store -> epoch plan -> samples (packlm.data.epoch.plan) ---
     window: int = 256
@@ -141,11 +147,17 @@ def _check_source_entry(key: str, entry: Any) -> None:
             raise ConfigError(f"{key}: empty path")
         return
     if hasattr(entry, "get") and hasattr(entry, "keys"):
-        unknown = set(entry.keys()) - {"path", "weight"}
+        unknown = set(entry.keys()) - set(SOURCE_KEYS)
         if unknown:
-            raise ConfigError(f"{key}: unknown keys {sorted(unknown)}; allowed ['path', 'weight']")
+            raise ConfigError(f"{key}: unknown keys {sorted(unknown)}; allowed {list(SOURCE_KEYS)}")
         if not entry.get("path"):
             raise ConfigError(f"{key}.path: missing")
+        for patterns in ("include", "exclude"):
+            value = entry.get(patterns)
+            if value is not None and (
+                isinstance(value, str) or not all(isinstance(p, str) for p in value)
+            ):
+                raise ConfigError(f"{key}.{patterns}={value!r}: a list of glob patterns")
         weight = entry.get("weight", 1.0)
         if not isinstance(weight, (int, float)) or isinstance(weight, bool) or weight <= 0:
             raise ConfigError(f"{key}.weight={weight!r}: must be a positive number")

@@ -27,15 +27,38 @@ PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN}
 _CUT = regex.compile(r"(?r)\p{L}(?=\P{L})")
 
 
+COVERAGE_SAMPLE = (
+    "Hello, World! it's 42 -- don't\tstop\n\n  x=(a+b)*c; {k: v} [1] <|> ~`@#$%^&_\\ "
+    "déjà vu Ωμέγα Привет 你好世界 こんにちは 안녕 مرحبا שלום नमस्ते 🙂👍🏽 e\u0301 \u00a0\u2003\r\n"
+)
+"""Characters of every common kind: a pre-tokenization pattern must match each of them."""
+
+
 def resolve_pattern(pattern: str) -> str:
-    """A pattern name ("gpt2", "cl100k") or a regex string -> the regex string."""
+    r"""A pattern name ("gpt2", "cl100k") or a regex string -> the regex string.
+
+    Refused: a pattern that matches the empty string (it would split nothing), and one that
+    leaves characters of `COVERAGE_SAMPLE` unmatched (their text would be dropped silently;
+    append `|[\s\S]` to keep each as a pre-token of its own).
+    """
     if not isinstance(pattern, str) or not pattern:
         raise ValueError(f"pattern={pattern!r}: expected 'gpt2', 'cl100k' or a regex string")
     resolved = PATTERNS.get(pattern, pattern)
     try:
-        regex.compile(resolved)
+        compiled = regex.compile(resolved)
     except regex.error as e:
         raise ValueError(f"pattern={pattern!r}: not a valid regex ({e})") from None
+    if compiled.match("") is not None:
+        raise ValueError(
+            f"pattern={pattern!r}: matches the empty string; every pre-token needs a character"
+        )
+    covered = "".join(compiled.findall(COVERAGE_SAMPLE))
+    if covered != COVERAGE_SAMPLE:
+        missing = sorted(set(COVERAGE_SAMPLE) - set(covered))[:8]
+        raise ValueError(
+            f"pattern={pattern!r}: leaves characters unmatched, e.g. {missing}, whose text would "
+            "be dropped; append |[\\s\\S] to keep each as a pre-token of its own"
+        )
     return resolved
 
 

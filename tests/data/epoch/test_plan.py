@@ -233,3 +233,16 @@ def test_reference_windows_agree_for_every_mode():
             plan = plan_of(lengths, cfg, 1)
             _, length, offset, _ = plan.layout(np.arange(plan.n_sequences))
             assert windows(plan) == reference_windows(length, offset, 5, 3, tail)
+
+
+def test_a_mixing_weight_that_would_not_fit_is_refused_naming_the_key():
+    from packlm.errors import ConfigError
+
+    lengths = np.full(2000, 5)
+    sources = np.arange(2000) % 2
+    with pytest.raises(
+        ConfigError, match=r"^data\.sources\[1\]\.weight=1000000\.0: an epoch would hold"
+    ):
+        build_plan(lengths, config(), 0, sources, [1.0, 1e6])
+    plan = build_plan(lengths, config(), 0, sources, [1.0, 3.0])
+    assert plan.n_documents == 1000 + 3000

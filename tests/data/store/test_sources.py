@@ -8,7 +8,6 @@ import re
 import pytest
 
 from packlm.data.config import DataConfig
-from packlm.data.store import sources as sources_module
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.sources import (
     Document,
@@ -18,6 +17,8 @@ from packlm.data.store.sources import (
     iter_documents,
     resolve_sources,
 )
+from packlm.data.store.sources import formats as formats_module
+from packlm.data.store.sources import text as text_module
 from packlm.data.store.split import content_hash, is_validation
 
 
@@ -49,7 +50,7 @@ def test_streamed_split_equals_str_split_across_block_edges(tmp_path, monkeypatc
     text = "".join(f"document {i} " * (i % 7) + "<>" for i in range(300))
     path = tmp_path / "big.txt"
     path.write_text(text, encoding="utf-8")
-    monkeypatch.setattr(sources_module, "_BLOCK", 13)  # separators straddle block boundaries
+    monkeypatch.setattr(text_module, "BLOCK", 13)  # separators straddle block boundaries
     docs, counts = read([str(path)], separator="<>")
     expected = [t for t in text.split("<>") if t]
     assert [d.text for d in docs] == expected
@@ -131,7 +132,7 @@ def test_unreadable_file_is_named(tmp_path, monkeypatch):
     def refuse(file, mode="r", *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(file))
 
-    monkeypatch.setattr(sources_module, "open", refuse, raising=False)  # root ignores chmod 000
+    monkeypatch.setattr(formats_module, "open", refuse, raising=False)  # root ignores chmod 000
     with pytest.raises(SourceError, match=rf"{path}: cannot read \(Permission denied\)"):
         read([str(path)])
 

@@ -23,6 +23,7 @@ from packlm.data.config import DataConfig
 from packlm.data.epoch.indexing import index_dtype, interval_of
 from packlm.data.epoch.packing import make_sequences
 from packlm.data.epoch.windows import place_windows, sequence_windows, window_start
+from packlm.errors import ConfigError
 
 GROUP = 32
 """Stream positions are stored for every GROUP-th epoch document (8/GROUP bytes a document)."""
@@ -214,6 +215,7 @@ def epoch_documents(
             raise ValueError("mixing weights need the store's doc_sources")
         sources = np.asarray(doc_sources)
         n_sources = max(len(weights), int(sources.max()) + 1 if n_docs else 0)
+        check_mixing_size(sources, weights)
         rng = plan_rng(cfg.seed, epoch, _MIX)
         parts = []
         for s in range(n_sources):
@@ -228,6 +230,24 @@ def epoch_documents(
     if cfg.shuffle_documents:
         plan_rng(cfg.seed, epoch, _DOCS).shuffle(order)
     return order
+
+
+MAX_EPOCH_DOCUMENTS = 1 << 28
+"""Document copies one epoch may hold (1 GiB of int32 order): weights beyond it are refused."""
+
+
+def check_mixing_size(doc_sources: np.ndarray, weights: list[float]) -> None:
+    """Refuse, naming the key, mixing weights whose epoch would not fit in memory."""
+    per_source = np.bincount(doc_sources, minlength=len(weights))
+    copies = per_source[: len(weights)] * np.asarray(weights, dtype=np.float64)
+    total = float(copies.sum()) + float(per_source[len(weights) :].sum())
+    if total > MAX_EPOCH_DOCUMENTS:
+        s = int(np.argmax(copies))
+        raise ConfigError(
+            f"data.sources[{s}].weight={weights[s]}: an epoch would hold {total:,.0f} document "
+            f"copies ({total * 4 / 2**30:.1f} GiB for the document order alone; at most "
+            f"{MAX_EPOCH_DOCUMENTS:,}); lower the weight or train more epochs"
+        )
 
 
 def stream_anchors(order: np.ndarray, lengths: np.ndarray) -> np.ndarray:

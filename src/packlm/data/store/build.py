@@ -193,7 +193,7 @@ def _check_not_empty(corpus: Corpus, state: dict[str, _SplitState]) -> None:
 def _manifest(corpus: Corpus, header: StoreHeader, split: str, st: _SplitState) -> dict[str, Any]:
     explicit_val = split == "val" and not corpus.hash_split
     sources = corpus.val_sources if explicit_val else corpus.sources
-    dropped = {"empty": st.read.empty, "invalid_utf8": st.read.skipped_invalid_utf8}
+    dropped = st.read.dropped()
     if split == "val":
         dropped["duplicate_of_train"] = st.duplicates
     return {
@@ -206,5 +206,6 @@ def _manifest(corpus: Corpus, header: StoreHeader, split: str, st: _SplitState) 
             "bytes": st.nbytes,
             "dropped": dropped,
             "replaced_invalid_utf8": st.read.replaced_invalid_utf8,
+            "normalized_newlines": st.read.normalized_newlines,
         },
     }

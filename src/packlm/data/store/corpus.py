@@ -22,7 +22,7 @@ from packlm.data.store.sources import (
 )
 from packlm.data.store.split import HASH, content_hash, is_validation
 
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 """Part of every fingerprint: bump it when the same inputs would give other documents or stores."""
 
 
@@ -73,7 +73,7 @@ class Corpus:
 
     def no_documents(self, counts: ReadCounts) -> SourceError:
         names = [s.name for s in self.sources]
-        why = f"{counts.empty} empty, {counts.skipped_invalid_utf8} skipped as invalid UTF-8"
+        why = ", ".join(f"{n} {reason}" for reason, n in counts.dropped().items())
         if self.hash_split:
             why += f", the rest sent to validation by data.val_fraction={self.val_fraction}"
         return SourceError(f"data.sources={names}: no training documents ({why})")
@@ -89,6 +89,7 @@ class Corpus:
             "data.text_field": self.options.text_field,
             "data.separator": self.options.separator,
             "data.encoding_errors": self.options.encoding_errors,
+            "data.normalize_newlines": self.options.normalize_newlines,
             "data.val_fraction": self.val_fraction if self.hash_split else None,
         }
         if not training_only:

@@ -1,0 +1,59 @@
+"""What reading a source produces and what it counts: documents, options, tallies, errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+
+class Document(NamedTuple):
+    text: str
+    doc_id: str
+    """Stable across runs and machines: "<source index>:<path>[:<record line or split index>]"."""
+    source_index: int
+    """Position of the document's entry in data.sources (or data.val_sources)."""
+
+
+class SourceError(ValueError):
+    """A source that cannot become documents; the message starts with the culprit."""
+
+
+@dataclass
+class ReadOptions:
+    """The `data.*` options that decide which documents a source gives."""
+
+    text_field: str = "text"
+    separator: str | None = None
+    encoding_errors: str = "strict"
+    normalize_newlines: bool = True
+
+    @classmethod
+    def from_config(cls, data: Any) -> ReadOptions:
+        return cls(data.text_field, data.separator, data.encoding_errors, data.normalize_newlines)
+
+
+@dataclass
+class ReadCounts:
+    """What reading dropped or changed, for the manifest (never a silent loss)."""
+
+    empty: int = 0
+    """Documents with no text (an empty file, two separators in a row)."""
+    skipped_invalid_utf8: int = 0
+    """Documents dropped under encoding_errors=skip."""
+    replaced_invalid_utf8: int = 0
+    """Documents kept with U+FFFD under encoding_errors=replace."""
+    skipped_binary: int = 0
+    """Files of a directory or glob that are binary (NUL bytes, an image, an archive...)."""
+    skipped_special: int = 0
+    """Entries of a directory or glob that are no regular file (FIFOs, sockets, devices)."""
+    normalized_newlines: int = 0
+    """Files or records whose CRLF / CR newlines became LF (data.normalize_newlines)."""
+
+    def dropped(self) -> dict[str, int]:
+        """What never reached the store, by reason."""
+        return {
+            "empty": self.empty,
+            "invalid_utf8": self.skipped_invalid_utf8,
+            "binary": self.skipped_binary,
+            "special_files": self.skipped_special,
+        }

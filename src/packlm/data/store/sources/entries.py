@@ -1,0 +1,155 @@
+"""`data.sources` entries -> `Source`s with their files, resolved once, before any reading.
+
+An entry is "default" (the embedded stdlib corpus), a file, a directory (every file under
+it but hidden ones), a glob, a `datasets.save_to_disk` folder, or a mapping
+{path, weight, include, exclude}: include/exclude are glob patterns on the path relative to
+the entry (`*.py`, `**/tests/**`). An existing path is read as that path even when its name
+holds glob characters (`notes[1].txt`). Directory walks follow file symlinks, skip hidden
+entries, and count what is not a regular file (FIFOs, sockets) instead of blocking on it.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+from packlm.data.config import source_path, source_weight
+from packlm.data.store.default_corpus import default_corpus_files, stdlib_root
+from packlm.data.store.sources.document import SourceError
+from packlm.data.store.sources.tables import dataset_folder_files, is_dataset_folder
+
+DEFAULT = "default"
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass
+class Source:
+    """A source entry resolved to its files."""
+
+    name: str
+    weight: float
+    index: int
+    files: list[Path]
+    root: Path | None = None
+    """Set for the default corpus: doc ids use paths relative to it."""
+    stats: list[tuple[str, int, int]] = field(default_factory=list)
+    """(absolute path, size, mtime_ns) per file, in reading order."""
+    explicit: bool = True
+    """One file named by the entry (a binary one is an error) or found by a walk (skipped)."""
+    special_files: int = 0
+    """Entries of the walk that are not regular files (skipped, counted)."""
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size, _ in self.stats)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Name, weight, file count, bytes and a digest of every (path, size, mtime)."""
+        digest = hashlib.sha256(json.dumps(self.stats).encode()).hexdigest()[:16]
+        return {
+            "name": self.name,
+            "weight": self.weight,
+            "files": len(self.stats),
+            "bytes": self.total_bytes,
+            "digest": digest,
+        }
+
+
+def resolve_sources(entries: list[Any], key: str = "data.sources") -> list[Source]:
+    """Resolve every entry to its sorted files; raise SourceError for a missing path or empty glob."""
+    return [_resolve(entry, i, f"{key}[{i}]") for i, entry in enumerate(entries)]
+
+
+def _resolve(entry: Any, index: int, key: str) -> Source:
+    name, weight = source_path(entry), source_weight(entry)
+    include, exclude = _patterns(entry, "include"), _patterns(entry, "exclude")
+    root, explicit, special = None, False, 0
+    path = Path(name)
+    if name == DEFAULT:
+        root = stdlib_root()
+        files = default_corpus_files(root)
+    elif path.is_dir() and is_dataset_folder(path):
+        files, explicit = dataset_folder_files(path, key), True
+    elif path.is_dir():
+        files, special = _walk(path, include, exclude)
+        if not files:
+            raise SourceError(
+                f"{key}={name!r}: the directory holds no files{_filtered(include, exclude)}"
+            )
+    elif path.exists():  # before globbing: an existing name may hold glob characters
+        if not path.is_file():
+            raise SourceError(f"{key}={name!r}: not a regular file (a FIFO, socket or device)")
+        files, explicit = [path], True
+    elif _GLOB_CHARS.intersection(name):
+        base = Path(glob.escape(name).split("[*]", 1)[0].split("[?]", 1)[0]).parent
+        files, special = [], 0
+        for p in sorted(Path(p) for p in glob.glob(name, recursive=True)):
+            if p.is_file() and _selected(p, base, include, exclude):
+                files.append(p)
+            elif p.exists() and not p.is_dir():
+                special += 1
+        if not files:
+            raise SourceError(
+                f"{key}={name!r}: the glob matched no files{_filtered(include, exclude)}"
+            )
+    else:
+        raise SourceError(f"{key}={name!r}: no such file or directory (cwd {os.getcwd()})")
+    stats = []
+    for file in files:
+        try:
+            st = file.stat()
+        except OSError as e:
+            raise SourceError(f"{file}: cannot read ({e.strerror})") from e
+        stats.append((str(file.resolve()), st.st_size, st.st_mtime_ns))
+    return Source(name, weight, index, files, root, stats, explicit, special)
+
+
+def _walk(directory: Path, include: list[str], exclude: list[str]) -> tuple[list[Path], int]:
+    """(regular files under `directory`, sorted; how many other entries were skipped)."""
+    files, special = [], 0
+    for p in sorted(directory.rglob("*")):
+        rel = p.relative_to(directory)
+        if any(part.startswith(".") for part in rel.parts) or p.is_dir():
+            continue
+        try:
+            mode = p.stat().st_mode
+        except OSError:  # a dangling symlink
+            special += 1
+            continue
+        if not stat.S_ISREG(mode):
+            special += 1
+        elif _selected(p, directory, include, exclude):
+            files.append(p)
+    return files, special
+
+
+def _selected(path: Path, base: Path, include: list[str], exclude: list[str]) -> bool:
+    try:
+        rel = path.relative_to(base).as_posix()
+    except ValueError:
+        rel = path.as_posix()
+    return (not include or any(_match(rel, p) for p in include)) and not any(
+        _match(rel, p) for p in exclude
+    )
+
+
+def _match(rel: str, pattern: str) -> bool:
+    """fnmatch, where a leading `**/` also matches at the top (`**/tests/**` ~ tests/x.py)."""
+    return fnmatch(rel, pattern) or (pattern.startswith("**/") and fnmatch(rel, pattern[3:]))
+
+
+def _patterns(entry: Any, key: str) -> list[str]:
+    if isinstance(entry, str):
+        return []
+    return [str(p) for p in (entry.get(key) or [])]
+
+
+def _filtered(include: list[str], exclude: list[str]) -> str:
+    return f" (include {include}, exclude {exclude})" if include or exclude else ""

@@ -1,0 +1,110 @@
+"""Parquet, Arrow / Feather files and `datasets.save_to_disk` folders -> one document per row.
+
+The text is the `data.text_field` column, read in record batches (bounded memory per
+batch) through pyarrow, an optional extra: without it the error names the extra.
+A `save_to_disk` folder (state.json + Arrow stream files) is read through pyarrow too, so
+Hugging Face `datasets` itself is not needed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from packlm.data.store.sources.document import Document, ReadCounts, ReadOptions, SourceError
+from packlm.data.store.sources.formats import Format
+from packlm.data.store.sources.text import check_surrogates
+
+BATCH_ROWS = 4096
+
+
+def is_dataset_folder(path: Path) -> bool:
+    """A folder written by `datasets.Dataset.save_to_disk` (or a DatasetDict's)."""
+    return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
+
+
+def dataset_folder_files(path: Path, key: str) -> list[Path]:
+    """The Arrow files of a save_to_disk folder, in their order."""
+    if (path / "dataset_dict.json").is_file():
+        splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+        raise SourceError(
+            f"{key}={str(path)!r}: a DatasetDict folder; give one split, e.g. "
+            + ", ".join(str(path / s) for s in splits)
+        )
+    try:
+        state = json.loads((path / "state.json").read_text())
+        return [path / f["filename"] for f in state["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SourceError(f"{path}/state.json: not a datasets save_to_disk state ({e})") from e
+
+
+def table_documents(
+    path: Path, fmt: Format, prefix: str, index: int, options: ReadOptions, counts: ReadCounts
+) -> Iterator[Document]:
+    """One document per row of the text column; ids end in the row number."""
+    if fmt.compression:
+        raise SourceError(
+            f"{path}: {fmt.describe()}; decompress it first (Parquet and Arrow compress inside)"
+        )
+    field = options.text_field
+    row = 0
+    for batch in _batches(path, fmt, field):
+        for value in batch.column(field).to_pylist():
+            row += 1
+            where = f"{path}:row {row}"
+            if value is None:
+                counts.empty += 1
+                continue
+            if not isinstance(value, str):
+                raise SourceError(f"{where}: column {field!r} is {type(value).__name__}, not text")
+            text = check_surrogates(value, where, options.encoding_errors, counts)
+            if text:
+                yield Document(text, f"{prefix}:{row}", index)
+            elif text is not None:
+                counts.empty += 1
+
+
+def _batches(path: Path, fmt: Format, field: str):
+    pa = _pyarrow(path)
+    try:
+        if fmt.kind == "parquet":
+            import pyarrow.parquet as pq
+
+            reader = pq.ParquetFile(path)
+            _check_column(path, reader.schema_arrow.names, field)
+            yield from reader.iter_batches(batch_size=BATCH_ROWS, columns=[field])
+        elif fmt.detail == "feather v1":
+            import pyarrow.feather as feather
+
+            table = feather.read_table(path)
+            _check_column(path, table.column_names, field)
+            yield from table.select([field]).to_batches(BATCH_ROWS)
+        else:
+            with pa.memory_map(str(path)) as source:
+                opened = pa.ipc.open_stream if fmt.detail == "an Arrow stream" else pa.ipc.open_file
+                reader = opened(source)
+                _check_column(path, reader.schema.names, field)
+                if hasattr(reader, "num_record_batches"):
+                    for i in range(reader.num_record_batches):
+                        yield reader.get_batch(i)
+                else:
+                    yield from reader
+    except pa.ArrowException as e:
+        raise SourceError(f"{path}: cannot read the {fmt.describe()} file ({e})") from e
+
+
+def _check_column(path: Path, names: list[str], field: str) -> None:
+    if field not in names:
+        raise SourceError(f"{path}: no column {field!r} (data.text_field); it has {names}")
+
+
+def _pyarrow(path: Path):
+    try:
+        import pyarrow
+        import pyarrow.ipc  # noqa: F401
+    except ImportError:
+        raise SourceError(
+            f'{path}: a Parquet/Arrow file; reading it needs pyarrow (pip install "packlm[arrow]")'
+        ) from None
+    return pyarrow

@@ -1,0 +1,162 @@
+"""Text and JSON-lines files -> documents, streamed in blocks (bounded memory per file).
+
+Newlines: with `data.normalize_newlines` (the default) CRLF and lone CR become LF before a
+file is split on `data.separator`, so a Windows file splits like its LF copy; the files
+changed are counted. Invalid UTF-8 follows `data.encoding_errors` (strict: the error names
+the path and byte offset; replace: U+FFFD; skip: the document is dropped), counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from packlm.data.store.sources.document import Document, ReadCounts, ReadOptions, SourceError
+
+BLOCK = 1 << 20  # read size when splitting a text file on the separator
+
+
+def text_documents(
+    f: BinaryIO, path: Path, prefix: str, index: int, separator: str | None,
+    options: ReadOptions, counts: ReadCounts,
+) -> Iterator[Document]:  # fmt: skip
+    """One document per file, or one per piece between separators."""
+    blocks = _blocks(f, path, options.normalize_newlines, counts)
+    if separator is None:
+        text = decode(b"".join(blocks), path, 0, options.encoding_errors, counts)
+        if text is not None:
+            yield Document(text, prefix, index)
+        return
+    for k, (offset, data) in enumerate(_split(blocks, separator.encode("utf-8"))):
+        text = decode(data, path, offset, options.encoding_errors, counts)
+        if text is not None:
+            yield Document(text, f"{prefix}:{k}", index)
+
+
+def jsonl_documents(
+    f: BinaryIO, path: Path, prefix: str, index: int, options: ReadOptions, counts: ReadCounts
+) -> Iterator[Document]:
+    """One document per JSON record (`data.text_field`), ids ending in the line number."""
+    field_name = options.text_field
+    offset = 0
+    for line_no, raw in enumerate(_lines(f, path), start=1):
+        where = f"{path}:{line_no}"
+        line_offset, offset = offset, offset + len(raw)
+        if not raw.strip():
+            continue
+        line = decode(raw, where, line_offset, options.encoding_errors, counts)
+        if line is None:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise SourceError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from e
+        if not isinstance(record, dict) or field_name not in record:
+            raise SourceError(f"{where}: no field {field_name!r} (data.text_field) in this record")
+        text = record[field_name]
+        if not isinstance(text, str):
+            raise SourceError(
+                f"{where}: field {field_name!r} is {type(text).__name__}, not a string"
+            )
+        text = check_surrogates(text, where, options.encoding_errors, counts)
+        if text is not None and options.normalize_newlines and "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+            counts.normalized_newlines += 1
+        if text is not None:
+            yield Document(text, f"{prefix}:{line_no}", index)
+
+
+def _blocks(f: BinaryIO, path: Path, normalize: bool, counts: ReadCounts) -> Iterator[bytes]:
+    """The file's bytes block by block, CRLF / CR -> LF when `normalize` (a CR ending a
+    block waits for the next one, so a CRLF split between blocks is one newline)."""
+    changed, held = False, b""
+    while block := read(f, path, BLOCK):
+        if not normalize:
+            yield block
+            continue
+        block = held + block
+        held = b"\r" if block.endswith(b"\r") else b""
+        if held:
+            block = block[:-1]
+        if b"\r" in block:
+            changed = True
+            block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        yield block
+    if held:
+        changed = True
+        yield b"\n"
+    if changed:
+        counts.normalized_newlines += 1
+
+
+def _split(blocks: Iterator[bytes], sep: bytes) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, piece) of a stream of blocks split on `sep` (offsets after newline
+    normalisation)."""
+    buf, start, search = bytearray(), 0, 0
+    for block in blocks:
+        buf += block
+        pos = 0
+        while (hit := buf.find(sep, search)) >= 0:
+            yield start, bytes(buf[pos:hit])
+            start += hit - pos + len(sep)
+            pos = search = hit + len(sep)
+        del buf[:pos]
+        search = max(0, len(buf) - len(sep) + 1)
+    yield start, bytes(buf)
+
+
+def read(f: BinaryIO, path: Path, size: int = -1) -> bytes:
+    try:
+        return f.read(size)
+    except (OSError, EOFError) as e:  # includes a truncated compressed file
+        raise SourceError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from e
+
+
+def _lines(f: BinaryIO, path: Path) -> Iterator[bytes]:
+    try:
+        yield from f
+    except (OSError, EOFError) as e:
+        raise SourceError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from e
+
+
+def decode(data: bytes, where: Any, offset: int, policy: str, counts: ReadCounts) -> str | None:
+    """UTF-8 text of `data` under the encoding_errors policy; None means "skip this document"."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return _invalid_text(
+            policy, counts, e,
+            f"{where}: not valid UTF-8 at byte offset {offset + e.start} ({e.reason}); "
+            "set data.encoding_errors=replace or skip to accept such files",
+            lambda: data.decode("utf-8", errors="replace"),
+        )  # fmt: skip
+
+
+def check_surrogates(text: str, where: str, policy: str, counts: ReadCounts) -> str | None:
+    """A JSON string may hold an unpaired surrogate escape, which no UTF-8 tokenizer can take."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError as e:
+        return _invalid_text(
+            policy, counts, e,
+            f"{where}: unpaired surrogate escape at character {e.start} of the text; "
+            "set data.encoding_errors=replace or skip to accept it",
+            lambda: text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"),
+        )  # fmt: skip
+
+
+def _invalid_text(
+    policy: str, counts: ReadCounts, error: Exception, message: str, replaced: Callable[[], str]
+) -> str | None:
+    """The encoding_errors policy on one document that is not valid text: raise (strict), None
+    (skip) or the text with U+FFFD (replace), counted."""
+    if policy == "strict":
+        raise SourceError(message) from error
+    if policy == "skip":
+        counts.skipped_invalid_utf8 += 1
+        return None
+    counts.replaced_invalid_utf8 += 1
+    return replaced()
