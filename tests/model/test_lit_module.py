@@ -307,3 +307,52 @@ def test_stream_batches_are_marked_on_the_cpu():
     # the flag only picks the is_causal kernel: same loss as the all-zero mask
     with torch.no_grad():
         torch.testing.assert_close(lit._sum_ce(marked)[0], lit._sum_ce(stream)[0])
+
+
+def document_reference_grads(*batches) -> tuple[dict[str, torch.Tensor], float]:
+    """Gradient of the mean over all (row, segment) pieces with a target of their mean CE."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(context_length=T)).double()
+    piece_means = []
+    for b in batches:
+        logits = model(b["input_ids"], b["segment_ids"], b["position_ids"])
+        ce = F.cross_entropy(logits.flatten(0, 1), b["labels"].flatten(), reduction="none")
+        ce = ce.view(b["labels"].shape)
+        for row in range(b["labels"].shape[0]):
+            for seg in b["segment_ids"][row].unique().tolist():
+                mask = (b["segment_ids"][row] == seg) & (b["labels"][row] != -100)
+                if seg >= 0 and mask.any():
+                    piece_means.append(ce[row][mask].mean())
+    loss = torch.stack(piece_means).mean()
+    loss.backward()
+    return {f"model.{k}": p.grad for k, p in model.named_parameters()}, loss.item()
+
+
+def test_document_weighting_is_exact_under_accumulation():
+    expected, expected_loss = document_reference_grads(MANY, FEW)
+    accumulated = make()
+    accumulated.model_config.loss_weighting = "document"
+    trainer(max_steps=1, accumulate_grad_batches=2).fit(accumulated, loader(MANY, FEW))
+    assert_grads_equal(accumulated.step_grads, expected)
+    assert accumulated.losses == [pytest.approx(expected_loss, rel=1e-12)]
+    assert accumulated.last_step.target_documents == 4  # MANY: 2 + 1 pieces, FEW: 1
+    # it differs from token weighting: the 15-target piece no longer outweighs the 3-target one
+    by_token, _ = reference_grads(MANY, FEW)
+    assert not torch.allclose(by_token["model.wte.weight"], expected["model.wte.weight"], atol=1e-6)
+
+
+def test_document_weighting_step_without_targets_is_zero():
+    lit = make()
+    lit.model_config.loss_weighting = "document"
+    trainer(max_steps=1).fit(lit, loader(NONE))
+    assert lit.losses == [0.0] and all(g is None for g in lit.step_grads.values())
+
+
+def test_attention_useful_fraction_counts_the_pairs_the_mask_allows():
+    from packlm.model.loss import attention_pairs
+
+    allowed, dense = attention_pairs(MANY)  # rows: pieces of 7 + 8 tokens (+1 PAD), and 15 (+1)
+    assert float(allowed) == (7 * 8 + 8 * 9 + 15 * 16) / 2 and float(dense) == 2 * 16 * 17 / 2
+    lit = make()
+    trainer(max_steps=1).fit(lit, loader(MANY))
+    assert lit.last_step.attention_useful_fraction == pytest.approx(float(allowed) / float(dense))

@@ -71,7 +71,10 @@ class StepMetrics(L.Callback):
             **{f"tokens_per_step/{k}": float(n) for k, n in pl_module.last_step.counts().items()},
             **{f"throughput/{k}_tokens_per_s": since[k] / seconds for k in COUNTS[:3]},
             "throughput/documents_per_s": since["documents"] / seconds,
+            "attention/useful_fraction": pl_module.last_step.attention_useful_fraction,
         }
+        if pl_module.model_config.loss_weighting == "document":  # train/loss is per document
+            logs["train/loss_per_token"] = pl_module.last_step.loss
         pl_module.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
         pl_module.log(  # supervised tokens/s on the progress bar only
             "tok/s", since["supervised"] / seconds, prog_bar=True, logger=False, on_step=True,

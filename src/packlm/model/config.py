@@ -13,6 +13,7 @@ from packlm.config_group import ConfigGroup, check_choice, check_positive_int
 from packlm.errors import ConfigError
 
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex")
+LOSS_WEIGHTINGS = ("token", "document")
 
 
 @dataclass
@@ -42,6 +43,10 @@ class ModelConfig(ConfigGroup):
     attention: str = "auto"
     """auto (FlexAttention on CUDA, SDPA elsewhere), sdpa (dense mask), flex (FlexAttention;
     compiled on CUDA; on CPU torch only has a slow forward-only reference, for tests)."""
+    loss_weighting: str = "token"
+    """token: every supervised target weighs the same (sum CE / N of the step); document:
+    every document piece weighs the same (mean of its CE, then mean over the step's pieces).
+    Validation and bits per byte stay per token."""
     compile: bool = False
     """torch.compile the Transformer (inductor: fused kernels; on CPU it needs a C compiler;
     the first steps pay the compile time). Checkpoints stay the same."""
@@ -73,6 +78,7 @@ class ModelConfig(ConfigGroup):
         if not isinstance(self.rope_base, (int, float)) or self.rope_base <= 1.0:
             raise ConfigError(f"model.rope_base={self.rope_base!r}: must be a number > 1")
         check_choice("model.attention", self.attention, ATTENTION_BACKENDS)
+        check_choice("model.loss_weighting", self.loss_weighting, LOSS_WEIGHTINGS)
         return self
 
 

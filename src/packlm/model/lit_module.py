@@ -27,7 +27,10 @@ from torch import Tensor
 from packlm.model.config import ModelConfig, OptimConfig, as_dict
 from packlm.model.loss import (
     COUNTS,
+    IGNORE_INDEX,
     StepTotals,
+    cross_entropy_per_target,
+    document_weights,
     grad_norm,
     micro_batch_totals,
     scale_to_step_mean,
@@ -61,7 +64,7 @@ class LitCausalLM(L.LightningModule):
         self.last_step: StepTotals | None = None  # totals of the last optimizer step
         self.last_loss = 0.0  # loss of the last optimizer step (logged as train/loss)
         self.last_grad_norm: Tensor | float = 0.0  # of the last step, before clipping
-        self._cycle: Tensor | None = None  # StepTotals of the accumulation cycle so far, [5]
+        self._cycle: Tensor | None = None  # StepTotals of the accumulation cycle so far
         self._eval: Tensor | None = None  # [nats, supervised, bytes] of the eval loop so far
 
     # --- plumbing -------------------------------------------------------------------------
@@ -92,19 +95,29 @@ class LitCausalLM(L.LightningModule):
             batch = {**batch, "stream": not bool(seg.any())}
         return batch
 
+    def _logits(self, batch: Mapping[str, Tensor]) -> Tensor:
+        segment_ids = None if batch.get("stream") else batch.get("segment_ids")
+        return self(batch["input_ids"], segment_ids, batch.get("position_ids"))  # [B, T, V]
+
     def _sum_ce(self, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Sum of CE over the supervised targets of a batch (0 if none), and [B, T] target mask."""
-        segment_ids = None if batch.get("stream") else batch.get("segment_ids")
-        logits = self(batch["input_ids"], segment_ids, batch.get("position_ids"))
-        return sum_cross_entropy(logits, batch["labels"])
+        return sum_cross_entropy(self._logits(batch), batch["labels"])
 
     # --- training: the loss of packlm.model.loss ------------------------------------------
 
     def training_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> Tensor:
-        sum_ce, supervised = self._sum_ce(batch)
-        totals = micro_batch_totals(batch, sum_ce, supervised)  # [5], stays on the device
+        if self.model_config.loss_weighting == "token":
+            sum_ce, supervised = self._sum_ce(batch)
+            totals = micro_batch_totals(batch, sum_ce, supervised)  # stays on the device
+            objective = sum_ce
+        else:  # document: each target weighted by 1 / (targets of its document piece)
+            ce = cross_entropy_per_target(self._logits(batch), batch["labels"])  # [B, T]
+            weights, pieces = document_weights(batch["labels"], batch.get("segment_ids"), ce.dtype)
+            objective = (ce * weights).sum()
+            supervised = batch["labels"] != IGNORE_INDEX
+            totals = micro_batch_totals(batch, ce.sum(), supervised, objective, pieces)
         self._cycle = totals if self._cycle is None else self._cycle + totals
-        return sum_ce * self.loss_scale
+        return objective * self.loss_scale
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """End of the accumulation cycle: reduce the totals, rescale to sum CE / N."""
@@ -112,17 +125,20 @@ class LitCausalLM(L.LightningModule):
         self._cycle = None
         params = [p for group in optimizer.param_groups for p in group["params"]]
         grads = [p.grad for p in params if p.grad is not None]
-        if step.supervised > 0:
+        by_document = self.model_config.loss_weighting == "document"
+        denominator = step.target_documents if by_document else step.supervised
+        if denominator > 0:
             trainer = self.trainer
             scale_to_step_mean(
-                grads, step.supervised, trainer.accumulate_grad_batches, trainer.world_size,
+                grads, denominator, trainer.accumulate_grad_batches, trainer.world_size,
                 self.loss_scale,
             )  # fmt: skip
         else:  # nothing to learn from: AdamW skips parameters without gradient
             for p in params:
                 p.grad = None
             grads = []
-        self.last_step, self.last_loss = step, step.loss
+        self.last_step = step
+        self.last_loss = step.loss_per_document if by_document else step.loss
         self.last_grad_norm = grad_norm(grads)
         for key, n in step.counts().items():
             self.tokens_seen[key] += n

@@ -17,6 +17,11 @@ weighting is fixed afterwards, exactly:
 3. Lightning clips (`gradient_clip_val`), AdamW steps, the schedule steps.
 
 A step with N = 0 has loss 0: its gradients are dropped, so AdamW skips every parameter.
+
+`model.loss_weighting=document` makes every document of the step weigh the same whatever its
+length: each target's CE is weighted by 1 / (targets of its document piece), a piece being a
+(row, segment) pair, and N becomes P, the pieces with a target in the whole step (all
+micro-batches, ranks); steps 1-3 are unchanged, so it is exact in the same way.
 """
 
 from __future__ import annotations
@@ -48,29 +53,69 @@ class StepTotals:
     """Positions with segment_ids >= 0."""
     documents: float = 0.0
     """Distinct (row, segment) pairs with segment >= 0."""
+    document_nats: float = 0.0
+    """Sum over document pieces with a target of their mean cross-entropy."""
+    target_documents: float = 0.0
+    """P: document pieces with at least one target (the denominator of document weighting)."""
+    attention_pairs: float = 0.0
+    """(query, key) pairs the block-diagonal causal mask allows (non-PAD queries)."""
+    dense_pairs: float = 0.0
+    """(query, key) pairs of a dense T x T causal mask over the same rows: B T (T+1) / 2."""
 
     @property
     def loss(self) -> float:
         """Mean cross-entropy per supervised target (0 when there is none)."""
         return self.nats / self.supervised if self.supervised > 0 else 0.0
 
+    @property
+    def loss_per_document(self) -> float:
+        """Mean over document pieces of their mean cross-entropy (0 when there is none)."""
+        return self.document_nats / self.target_documents if self.target_documents > 0 else 0.0
+
     def counts(self) -> dict[str, int]:
         return {k: int(getattr(self, k)) for k in COUNTS}
 
+    @property
+    def attention_useful_fraction(self) -> float:
+        """How much of dense causal attention the packed batch needs (1 without packing)."""
+        return self.attention_pairs / self.dense_pairs if self.dense_pairs > 0 else 0.0
+
     @classmethod
     def from_tensor(cls, totals: Tensor) -> StepTotals:
-        """From the float64 [5] device vector of `micro_batch_totals` (reads it: one sync)."""
+        """From the float64 device vector of `micro_batch_totals` (reads it: one sync)."""
         return cls(*totals.tolist())
 
 
 def sum_cross_entropy(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     """(sum of CE over the supervised targets, 0 if none; bool [B, T] target mask)."""
+    ce = cross_entropy_per_target(logits, labels)  # [B, T]
+    return ce.sum(), labels != IGNORE_INDEX
+
+
+def cross_entropy_per_target(logits: Tensor, labels: Tensor) -> Tensor:
+    """float32 [B, T] CE of each position, 0 where there is no target."""
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
-    sum_ce = F.cross_entropy(
-        logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+    ce = F.cross_entropy(
+        logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
     )
-    return sum_ce, labels != IGNORE_INDEX
+    return ce.view(labels.shape)
+
+
+def document_weights(
+    labels: Tensor, segment_ids: Tensor | None, dtype: torch.dtype = torch.float32
+) -> tuple[Tensor, Tensor]:
+    """(float [B, T] weight 1 / (targets of its (row, segment) piece) of each target, 0 elsewhere;
+    P, the pieces with a target, a float64 device scalar). No sync with the host."""
+    B, T = labels.shape
+    supervised = labels != IGNORE_INDEX  # [B, T]
+    seg = torch.zeros_like(labels) if segment_ids is None else segment_ids.long()
+    slot = torch.where(supervised & (seg >= 0), seg, T)  # [B, T]; no target -> column T
+    counts = torch.zeros(B, T + 1, dtype=dtype, device=labels.device)
+    counts.scatter_add_(1, slot, supervised.to(dtype))
+    per_target = counts.gather(1, slot)  # [B, T] targets of each position's piece
+    weights = torch.where(supervised, 1.0 / per_target.clamp(min=1.0), 0.0)
+    return weights, (counts[:, :T] > 0).sum().double()
 
 
 def token_counts(batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
@@ -93,27 +138,55 @@ def token_counts(batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
     return n_input, n_nonpad, present[:, :T].sum().double()
 
 
-def micro_batch_totals(batch: Mapping[str, Tensor], sum_ce: Tensor, supervised: Tensor) -> Tensor:
-    """float64 [5] in `StepTotals` field order, on the batch's device (no sync)."""
+def attention_pairs(batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
+    """(allowed, dense) causal (query, key) pairs of a batch, float64 device scalars: a
+    document piece of n tokens allows n (n+1) / 2 pairs; a dense causal row T (T+1) / 2."""
+    input_ids = batch["input_ids"]
+    B, T = input_ids.shape
+    dense = torch.full((), B * T * (T + 1) / 2, dtype=torch.float64, device=input_ids.device)
+    seg = batch.get("segment_ids")
+    if seg is None:
+        return dense, dense.clone()
+    sizes = torch.zeros(B, T + 1, dtype=torch.float64, device=input_ids.device)
+    sizes.scatter_add_(1, torch.where(seg >= 0, seg, T).long(), torch.ones_like(sizes[:, :T]))
+    n = sizes[:, :T]  # [B, T] tokens of each (row, segment) piece
+    return (n * (n + 1) / 2).sum(), dense
+
+
+def micro_batch_totals(
+    batch: Mapping[str, Tensor],
+    sum_ce: Tensor,
+    supervised: Tensor,
+    document_nats: Tensor | None = None,
+    target_documents: Tensor | None = None,
+) -> Tensor:
+    """float64 [9] in `StepTotals` field order, on the batch's device (no sync)."""
     n_input, n_nonpad, n_docs = token_counts(batch)
+    allowed, dense = attention_pairs(batch)
+    zero = torch.zeros((), dtype=torch.float64, device=n_input.device)
     values = {
         "nats": sum_ce.detach().double(),
         "supervised": supervised.sum().double(),
         "input": n_input,
         "nonpad": n_nonpad,
         "documents": n_docs,
+        "document_nats": zero if document_nats is None else document_nats.detach().double(),
+        "target_documents": zero if target_documents is None else target_documents,
+        "attention_pairs": allowed,
+        "dense_pairs": dense,
     }
     return torch.stack([values[f.name] for f in fields(StepTotals)])
 
 
 def scale_to_step_mean(
-    grads: list[Tensor], n_supervised: float, accumulate: int, world_size: int, loss_scale: float
+    grads: list[Tensor], denominator: float, accumulate: int, world_size: int, loss_scale: float
 ) -> None:
     """Step 2 of the module doc: grad(s/(A W) * sum CE) -> grad(sum CE / N), in place.
 
-    `n_supervised` is N, the supervised targets of the whole step (all micro-batches, ranks).
+    `denominator` is N, the supervised targets of the whole step (all micro-batches, ranks),
+    or P, its document pieces with a target, under document weighting.
     """
-    torch._foreach_mul_(grads, accumulate * world_size / (loss_scale * n_supervised))
+    torch._foreach_mul_(grads, accumulate * world_size / (loss_scale * denominator))
 
 
 def grad_norm(grads: list[Tensor]) -> Tensor:
