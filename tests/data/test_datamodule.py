@@ -255,3 +255,25 @@ def test_prepare_data_trains_the_tokenizer_and_builds_the_stores(tmp_path):
         16,
         16,
     )
+
+
+@pytest.mark.parametrize("group_by", ["source", "directory"])
+def test_group_by_keeps_each_group_of_the_store_adjacent(tmp_path, group_by):
+    from packlm.data.store.token_store import write_store
+
+    docs = [np.arange(1, 2 + i % 7) for i in range(60)]
+    ids = [f"{i % 2}:project{i % 5}/module{i}.py" for i in range(60)]
+    train = write_store(
+        tmp_path / "train", docs, 20, 0, 19, ids, [i % 2 for i in range(60)], ["a", "b"]
+    )
+    val = write_store(tmp_path / "val", docs[:3], 20, 0, 19)
+    prepared = PreparedData(None, tmp_path, train.path, val.path, train.manifest, val.manifest)
+    dm = module(prepared, group_by=group_by, shuffle_documents=True)
+    plan = dm.plan(1)
+    if group_by == "source":
+        key = np.asarray(train.doc_sources)[plan.order]
+    else:
+        key = np.array([ids[d].rpartition("/")[0] for d in plan.order])
+    assert len(np.unique(key)) == (2 if group_by == "source" else 10)
+    assert (key[1:] != key[:-1]).sum() == len(np.unique(key)) - 1  # contiguous groups
+    assert sorted(plan.order.tolist()) == list(range(60))

@@ -17,6 +17,7 @@ __all__ = ["DataConfig"]
 
 PACKING_MODES = ("none", "document", "stream")
 TAIL_POLICIES = ("drop", "cover", "pad")
+GROUP_BY = ("none", "source", "directory")
 ENCODING_ERRORS = ("strict", "replace", "skip")
 SOURCE_KEYS = ("path", "weight", "include", "exclude")
 
@@ -71,6 +72,10 @@ class DataConfig(ConfigGroup):
     """Reshuffle the samples every epoch."""
     shuffle_documents: bool = True
     """Reshuffle the document order before packing every epoch."""
+    group_by: str = "none"
+    """Keep related documents adjacent before packing: none, source (the data.sources entry),
+    directory (the folder of a file: one project's files in one window's context); the groups
+    are shuffled among themselves every epoch, documents keep their order inside a group."""
     batch_size: int = 16
     """Samples per batch per rank."""
     num_workers: int = 1
@@ -108,6 +113,7 @@ class DataConfig(ConfigGroup):
             raise ConfigError(f"data.num_workers={self.num_workers}: must be an integer >= 0")
         check_choice("data.packing", self.packing, PACKING_MODES)
         check_choice("data.tail", self.tail, TAIL_POLICIES)
+        check_choice("data.group_by", self.group_by, GROUP_BY)
         if self.pack_size is not None and self.pack_size < self.window + 1:
             raise ConfigError(
                 f"data.pack_size={self.pack_size}: must be at least data.window + 1 = {self.window + 1}"

@@ -25,7 +25,7 @@ import torch
 
 from packlm.data.config import DataConfig, source_weight
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
-from packlm.data.epoch.plan import EpochPlan, build_plan
+from packlm.data.epoch.plan import EpochPlan, build_plan, directory_groups
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.epoch.windows import validation_config
@@ -161,11 +161,20 @@ class PackedDataModule(L.LightningDataModule):
                     epoch,
                     np.asarray(store.doc_sources),
                     self.source_weights,
+                    self._doc_groups(store),
                 )
             # keep one plan per split
             self._plans = {k: v for k, v in self._plans.items() if k[0] != split}
             self._plans[key] = plan
         return self._plans[key]
+
+    def _doc_groups(self, store: TokenStore) -> np.ndarray | None:
+        """The group of each training document under data.group_by (None: no grouping)."""
+        if self.data.group_by == "source":
+            return np.asarray(store.doc_sources)
+        if self.data.group_by == "directory":
+            return directory_groups([store.doc_id(d) for d in range(store.n_docs)])
+        return None
 
     def plan_statistics(self, epoch: int, split: str = "train") -> dict[str, Any]:
         """`packlm.data.epoch.statistics.plan_statistics` of one epoch, with per-source counts (cached:

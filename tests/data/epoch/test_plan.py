@@ -246,3 +246,25 @@ def test_a_mixing_weight_that_would_not_fit_is_refused_naming_the_key():
         build_plan(lengths, config(), 0, sources, [1.0, 1e6])
     plan = build_plan(lengths, config(), 0, sources, [1.0, 3.0])
     assert plan.n_documents == 1000 + 3000
+
+
+def test_group_by_keeps_groups_adjacent_and_shuffles_them_per_epoch():
+    from packlm.data.epoch.plan import directory_groups, epoch_documents
+
+    groups = np.repeat(np.arange(20), np.arange(1, 21))  # 20 groups of 1..20 documents
+    cfg = config(shuffle_documents=True, group_by="source")
+    orders = [epoch_documents(len(groups), cfg, e, doc_groups=groups) for e in range(3)]
+    for order in orders:
+        assert sorted(order.tolist()) == list(range(len(groups)))  # every document once
+        g = groups[order]
+        assert (np.diff(g) != 0).sum() == 19  # each group one contiguous run
+        runs = np.split(order, np.flatnonzero(np.diff(g)) + 1)
+        assert all((np.diff(run) > 0).all() for run in runs)  # store order inside a group
+    first_groups = [
+        groups[o][np.r_[0, np.flatnonzero(np.diff(groups[o])) + 1]].tolist() for o in orders
+    ]
+    assert first_groups[0] != first_groups[1] != first_groups[2]  # groups reshuffled per epoch
+    again = epoch_documents(len(groups), cfg, 1, doc_groups=groups)
+    assert np.array_equal(again, orders[1])  # a pure function of (seed, epoch)
+    ids = ["0:a/x.py", "0:a/y.py", "0:b/z.py:3", "1:a/x.py", "0:top.txt"]
+    assert directory_groups(ids).tolist() == [1, 1, 2, 3, 0]  # per (source, directory)

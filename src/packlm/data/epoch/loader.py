@@ -32,6 +32,7 @@ PLAN_KEYS = (
     "pack_size",
     "shuffle",
     "shuffle_documents",
+    "group_by",
     "batch_size",
     "seed",
 )

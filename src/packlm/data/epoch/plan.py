@@ -28,7 +28,7 @@ from packlm.errors import ConfigError
 GROUP = 32
 """Stream positions are stored for every GROUP-th epoch document (8/GROUP bytes a document)."""
 _CHUNK = GROUP * 32768
-_DOCS, _MIX, _OFFSETS, _SAMPLES = range(4)  # independent random streams of one epoch
+_DOCS, _MIX, _OFFSETS, _SAMPLES, _GROUPS = range(5)  # independent random streams of an epoch
 
 
 def plan_rng(seed: int, epoch: int, purpose: int) -> np.random.Generator:
@@ -164,10 +164,14 @@ def build_plan(
     epoch: int,
     doc_sources: np.ndarray | None = None,
     weights: list[float] | None = None,
+    doc_groups: np.ndarray | None = None,
 ) -> EpochPlan:
-    """The plan of `epoch`: document order -> sequences -> offsets -> windows -> sample order."""
+    """The plan of `epoch`: document order -> sequences -> offsets -> windows -> sample order.
+
+    `doc_groups` (int [n_docs], with data.group_by): documents of a group stay adjacent.
+    """
     lengths = np.asarray(doc_lengths, dtype=np.int64)
-    order = epoch_documents(len(lengths), cfg, epoch, doc_sources, weights)
+    order = epoch_documents(len(lengths), cfg, epoch, doc_sources, weights, doc_groups)
     anchors = stream_anchors(order, lengths)
     seq_first, seq_len = make_sequences(order, lengths, anchors, cfg)
     if seq_len is None:  # one sequence per document: lengths in chunks, no full temporary
@@ -205,8 +209,10 @@ def epoch_documents(
     epoch: int,
     doc_sources: np.ndarray | None = None,
     weights: list[float] | None = None,
+    doc_groups: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Store document of each epoch document: mixed by source weight, then shuffled if asked."""
+    """Store document of each epoch document: mixed by source weight, then shuffled if asked;
+    with `doc_groups`, grouped: a group's documents adjacent in store order, groups shuffled."""
     dtype = index_dtype(n_docs)
     if weights is None or all(w == 1.0 for w in weights):
         order = np.arange(n_docs, dtype=dtype)
@@ -227,9 +233,31 @@ def epoch_documents(
                 parts.append(rng.choice(docs, extra, replace=False))
         # store order, copies adjacent
         order = np.sort(np.concatenate([np.zeros(0, dtype), *parts]))
+    if doc_groups is not None:
+        return group_documents(order, np.asarray(doc_groups), cfg, epoch)
     if cfg.shuffle_documents:
         plan_rng(cfg.seed, epoch, _DOCS).shuffle(order)
     return order
+
+
+def group_documents(order: np.ndarray, doc_groups: np.ndarray, cfg: DataConfig, epoch: int):
+    """`order` (store order, copies adjacent) with each group's documents contiguous and the
+    groups in a fresh random order every epoch (`data.shuffle_documents`)."""
+    n_groups = int(doc_groups.max()) + 1 if len(doc_groups) else 0
+    rank = np.arange(n_groups)
+    if cfg.shuffle_documents:
+        rank = plan_rng(cfg.seed, epoch, _GROUPS).permutation(n_groups)  # position of each group
+    return order[np.argsort(rank[doc_groups[order]], kind="stable")]
+
+
+def directory_groups(doc_ids: list[str]) -> np.ndarray:
+    """int32 [n_docs]: one group per (source, directory) of the documents' ids
+    ("<source>:<dir>/<file>[:<record>]")."""
+    keys = []
+    for doc_id in doc_ids:
+        source, _, rest = doc_id.partition(":")
+        keys.append(f"{source}:{rest.split(':', 1)[0].rpartition('/')[0]}")
+    return np.unique(np.asarray(keys), return_inverse=True)[1].astype(np.int32)
 
 
 MAX_EPOCH_DOCUMENTS = 1 << 28
