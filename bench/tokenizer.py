@@ -3,6 +3,7 @@ and tiktoken, on the embedded default corpus (the stdlib's .py files, ~12 MB).
 
     python bench/tokenizer.py                 # train at vocab 32768, encode, print the table
     python bench/tokenizer.py --vocab-size 8192 --repeat 3
+    python bench/tokenizer.py --load          # GPT-2's files to the first encode, vs tiktoken, HF
 
 Each training run is its own subprocess; the parent samples the whole process tree
 (the trainer and its worker processes) every 20 ms and reports the peak of
@@ -131,6 +132,54 @@ def child_encode(saved: str, repeat: int) -> dict:
     }
 
 
+def child_load(which: str, saved: str) -> dict:
+    """Seconds from GPT-2's files (or packlm's saved copy) to the first encode, imports done."""
+    vocab, merges = GOLDEN.with_name("gpt2_vocab.json"), GOLDEN.with_name("gpt2_merges.txt")
+    if which.startswith("packlm"):
+        from packlm.tokenizer import Tokenizer
+    elif which == "tiktoken":
+        import tiktoken
+
+        from packlm.tokenizer import GPT2_PATTERN
+        from packlm.tokenizer.formats import from_unicode
+    else:
+        from tokenizers import Tokenizer, models, pre_tokenizers
+    start = time.perf_counter()
+    if which == "packlm-files":
+        ids = Tokenizer.from_files(vocab, merges, [SPECIAL]).encode("Hello world")
+    elif which == "packlm-saved":
+        ids = Tokenizer.load(saved).encode("Hello world")
+    elif which == "tiktoken":
+        table = json.loads(vocab.read_text(encoding="utf-8"))
+        ranks = {from_unicode(t): i for t, i in table.items() if t != SPECIAL}
+        enc = tiktoken.Encoding("gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                                special_tokens={SPECIAL: table[SPECIAL]})  # fmt: skip
+        ids = enc.encode("Hello world")
+    else:
+        tok = Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        ids = tok.encode("Hello world").ids
+    return {"wall": time.perf_counter() - start, "ids": list(ids)}
+
+
+def load_table(repeat: int) -> None:
+    """The loading benchmark: each loader in fresh processes, median of `repeat`."""
+    from packlm.tokenizer import Tokenizer
+
+    names = {"hf": "tokenizers BPE.from_file", "tiktoken": "tiktoken Encoding from vocab.json",
+             "packlm-files": "packlm Tokenizer.from_files", "packlm-saved": "packlm Tokenizer.load (saved)"}  # fmt: skip
+    with tempfile.TemporaryDirectory() as saved:
+        Tokenizer.from_files(GOLDEN.with_name("gpt2_vocab.json"), GOLDEN.with_name("gpt2_merges.txt"),
+                             [SPECIAL]).save(saved)  # fmt: skip
+        runs = {k: [measure(["load", k, saved]) for _ in range(repeat)] for k in names}
+    hf = statistics.median(r["wall"] for r in runs["hf"])
+    print(f"{'GPT-2 files -> first encode':40} {'wall s':>7} {'x HF':>6}  same ids")
+    for k, name in names.items():
+        wall = statistics.median(r["wall"] for r in runs[k])
+        same = all(r["ids"] == runs["hf"][0]["ids"] for r in runs[k])
+        print(f"{name:40} {wall:7.3f} {wall / hf:6.2f}  {same}")
+
+
 # ---- parent ---------------------------------------------------------------------------
 
 
@@ -172,6 +221,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vocab-size", type=int, default=32768)
     parser.add_argument("--repeat", type=int, default=1, help="runs per trainer (median)")
+    parser.add_argument("--load", action="store_true", help="only the loading benchmark")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -184,8 +234,12 @@ def main() -> None:
             "small": lambda: child_small(int(rest[0])),
             "idle": lambda: {"wall": 0.0, "imported": bool(__import__("packlm.tokenizer"))},
             "encode": lambda: child_encode(rest[0], int(rest[1])),
+            "load": lambda: child_load(rest[0], rest[1]),
         }
         print(json.dumps(jobs[job]()))
+        return
+    if args.load:
+        load_table(max(args.repeat, 3))
         return
 
     v, cores = str(args.vocab_size), len(os.sched_getaffinity(0))
@@ -228,6 +282,8 @@ def main() -> None:
     )
     for row in enc["rows"]:
         print(f"{row['name']:40} {row['wall']:7.2f} {row['mb_s']:7.1f}  {row['same_ids']}")
+    print()
+    load_table(3)
 
 
 if __name__ == "__main__":

@@ -111,3 +111,84 @@ def test_hf_export_gives_same_ids(tmp_path, request, stdlib_docs, which):
         assert hf.encode(text, add_special_tokens=False).ids == ids
         assert hf.decode(ids, skip_special_tokens=False) == text
     assert json.loads((tmp_path / "tokenizer.json").read_text("utf-8"))["model"]["type"] == "BPE"
+
+
+# ---- tiktoken ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["small", "gpt2"])
+def test_to_tiktoken_gives_same_ids(request, stdlib_docs, which):
+    pytest.importorskip("tiktoken")
+    tok = request.getfixturevalue("small_tokenizer" if which == "small" else "gpt2_tokenizer")
+    enc = tok.to_tiktoken()
+    assert enc.n_vocab == tok.vocab_size
+    assert enc.special_tokens_set == set(tok.special_tokens)
+    for text in [stdlib_docs[3][:20_000], f"a{EOT}b  \n\n  c", "naïve 数据 🙂 don't  x"]:
+        assert enc.encode(text, allowed_special="all") == tok.encode(text)
+        assert enc.encode_ordinary(text) == tok.encode_ordinary(text)
+        assert enc.decode(tok.encode(text)) == text
+
+
+def crossing_tokenizer() -> Tokenizer:
+    """Merges b+c, a+b, ab+c: BPE of "abc" makes "bc" first, so the token "abc" never comes
+    out of merge BPE, and tiktoken (which returns a pre-token that is a token whole) differs."""
+    vocab = {i: bytes([i]) for i in range(256)}
+    merges = [(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")]
+    vocab.update({256: b"bc", 257: b"ab", 258: b"abc"})
+    return Tokenizer(vocab, merges)
+
+
+def test_no_tiktoken_where_it_would_differ(tmp_path):
+    pytest.importorskip("tiktoken")
+    tok = crossing_tokenizer()
+    assert tok.encode("abc") == [97, 256] and tok.engine == "python"
+    with pytest.raises(ValueError, match="no tiktoken Encoding gives"):
+        tok.to_tiktoken()
+    tok.save(tmp_path)
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["tiktoken_ranks"] is False
+    again = Tokenizer.load(tmp_path)
+    assert again.encode("abc") == [97, 256] and again.engine == "python"
+
+
+def test_saved_tokenizer_skips_the_slow_check(tmp_path, gpt2_tokenizer, monkeypatch):
+    from packlm.tokenizer import tokenizer as tokenizer_module
+
+    gpt2_tokenizer.save(tmp_path)
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["tiktoken_ranks"] is True
+    calls = []
+    real = tokenizer_module.tiktoken_ranks
+    monkeypatch.setattr(
+        tokenizer_module, "tiktoken_ranks", lambda *a: calls.append(a[-1]) or real(*a)
+    )
+    loaded = Tokenizer.load(tmp_path)
+    text = "Hello, naïve 🙂 world"
+    assert loaded.encode(text) == gpt2_tokenizer.encode(text)
+    assert calls == [None]  # no reference encoder: the saved, digest-checked verdict is used
+    assert Tokenizer(loaded.vocab, loaded.merges, [EOT]).tiktoken_checked is False
+
+
+def test_fast_self_encoding_check_is_exact():
+    """The check that skips most BPE runs agrees with running BPE on every merged token, on
+    random merge lists (about half of them have a token that does not encode to itself)."""
+    import random
+
+    from packlm.tokenizer.encoder import merges_encode_to_themselves
+
+    outcomes = set()
+    for seed in range(1500):
+        rng = random.Random(seed)
+        vocab = {i: bytes([i]) for i in range(256)}
+        tokens, merges = [bytes([97 + i]) for i in range(rng.randint(1, 3))], []
+        for _ in range(rng.randint(1, 12)):
+            a, b = rng.choice(tokens), rng.choice(tokens)
+            if a + b not in tokens and len(a + b) <= 8:
+                tokens.append(a + b)
+                merges.append((a, b))
+                vocab[len(vocab)] = a + b
+        tok = Tokenizer(vocab, merges, engine="python")
+        reference = tok._python_encoder()
+        slow = all(reference.encode_piece(tok.vocab[c]) == [c] for _, _, c in tok._merge_ids)
+        fast = merges_encode_to_themselves(tok.vocab, tok._merge_ids, tok._byte_ids, reference)
+        assert fast == slow, (seed, merges)
+        outcomes.add(slow)
+    assert outcomes == {True, False}

@@ -6,8 +6,9 @@
 3. `training/`: pre-token counts -> merges (C loop, Python fallback) -> a `Tokenizer`.
 4. `tokenizer.py` + `encoder.py`: `Tokenizer` encodes (through tiktoken with packlm's merges
    when installed, else the Python encoder: the same ids) and decodes.
-5. `formats.py` / `hf.py`: GPT-2's vocab.json + merges.txt, packlm's saved directory, the
-   Hugging Face tokenizer.json export.
+5. `formats.py` / `hf.py`: GPT-2's vocab.json + merges.txt, packlm's saved directory, .tiktoken
+   ranks, Hugging Face tokenizer.json (export and import); `cache.load_path` picks the reader
+   for `tokenizer.path`.
 6. `cache.py`: `get_tokenizer` -> `tokenizer.path`, or the tokenizer trained on the training
    documents, cached under `<cache_dir>/tokenizers/<digest>`.
 """

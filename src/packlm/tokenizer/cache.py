@@ -45,13 +45,10 @@ def get_tokenizer(
 
     `train_texts()` streams the training split's texts; it is called only when training.
     """
-    from packlm.tokenizer import Tokenizer
-
     if cfg.path is not None:
-        path = Path(cfg.path)
-        if not path.is_dir():
-            raise ConfigError(f"tokenizer.path={cfg.path!r}: no such directory")
-        return Tokenizer.load(path), path
+        return load_path(cfg.path, "tokenizer.path", cfg.special_tokens, cfg.pattern), Path(
+            cfg.path
+        )
 
     fingerprint = cache_fingerprint(cfg, training_documents)
     root = Path(cache_dir) / "tokenizers"
@@ -82,6 +79,58 @@ def get_tokenizer(
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return tokenizer, dest
+
+
+def load_path(
+    path: str | Path,
+    key: str = "tokenizer.path",
+    special_tokens: Iterable[str] = ("<|endoftext|>", "<|pad|>"),
+    pattern: str = "gpt2",
+) -> Any:
+    """The tokenizer at `path`: a packlm saved directory, a GPT-2 style vocab.json +
+    merges.txt directory, a Hugging Face tokenizer.json (or a directory holding one), or
+    a .tiktoken ranks file. Files without their own special tokens and pattern (GPT-2's,
+    .tiktoken) take `special_tokens` / `pattern`; those of a tokenizer.json are added to
+    `special_tokens` (a missing one, e.g. "<|pad|>", gets a new id at the end)."""
+    from packlm.tokenizer import Tokenizer, formats, hf
+
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{key}={str(path)!r}: no such directory or file")
+    specials = list(special_tokens)
+    try:
+        if path.is_dir() and _is_packlm_dir(path):
+            return Tokenizer.load(path)
+        if path.is_dir() and (path / formats.VOCAB).is_file() and (path / formats.MERGES).is_file():
+            return Tokenizer.from_files(path / formats.VOCAB, path / formats.MERGES, specials,
+                                        pattern=pattern)  # fmt: skip
+        if path.is_dir() and (path / "tokenizer.json").is_file():
+            path = path / "tokenizer.json"
+        if path.is_file() and path.suffix == ".json":
+            spec = hf.read_tokenizer_json(path)
+            spec["special_tokens"] = specials + [
+                s for s in spec["special_tokens"] if s not in specials
+            ]
+            return Tokenizer(**spec)
+        if path.is_file() and path.suffix == ".tiktoken":
+            vocab, merges = formats.read_tiktoken(path)
+            return Tokenizer(vocab, merges, specials, pattern)
+    except (ValueError, OSError) as e:
+        raise ConfigError(f"{key}={str(path)!r}: {e}") from None
+    raise ConfigError(
+        f"{key}={str(path)!r}: not a tokenizer (expected a packlm tokenizer directory, a folder "
+        "with vocab.json + merges.txt or tokenizer.json, a tokenizer.json or a .tiktoken file)"
+    )
+
+
+def _is_packlm_dir(path: Path) -> bool:
+    from packlm.tokenizer import formats
+
+    try:
+        config = json.loads((path / formats.CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("format") == formats.FORMAT
 
 
 def _load_cached(dest: Path, fingerprint: dict[str, Any]) -> tuple[Any, str | None]:

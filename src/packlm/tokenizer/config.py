@@ -20,7 +20,9 @@ class TokenizerConfig(ConfigGroup):
     pattern: str = "gpt2"
     """Pre-tokenization regex: "gpt2", "cl100k", or a regex string."""
     path: str | None = None
-    """Load a saved tokenizer from this directory instead of training one."""
+    """Load the tokenizer from here instead of training one: a packlm tokenizer directory, a folder
+    with GPT-2 style vocab.json + merges.txt, a Hugging Face tokenizer.json (or its folder), or a
+    .tiktoken file; files without special tokens or pattern take tokenizer.special_tokens / pattern."""
 
     def validate(self) -> TokenizerConfig:
         """Raise ConfigError naming the key of the first invalid value; returns self."""

@@ -3,7 +3,7 @@ to each pre-token in rank order.
 
 Two engines give the same ids: `PythonEncoder` (always there, the reference) and
 tiktoken's Rust core when it is installed and provably equivalent for the vocabulary
-(`tiktoken_encoder` says when). tiktoken ranks a pair by the rank of the token it
+(`tiktoken_ranks` says when). tiktoken ranks a pair by the rank of the token it
 would form and returns a pre-token that is itself a token at once; that equals merge
 order BPE when every merged token encodes to itself and merge ids rise in merge order.
 """
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import regex
 
 CACHE_SIZE = 1 << 14  # pre-tokens remembered by the Python engine (bounded memory)
+OPEN = 1 << 62  # "not merged away yet", above every rank
 
 
 def _utf8(piece: str) -> bytes:
@@ -75,20 +76,16 @@ class PythonEncoder:
         return out
 
 
-def tiktoken_encoder(
+def tiktoken_ranks(
     vocab: dict[int, bytes],
     merge_ids: Sequence[tuple[int, int, int]],
     byte_ids: Sequence[int],
-    pattern: str,
-    reference: PythonEncoder,
-    name: str,
-):
-    """tiktoken's `encode_ordinary` for this vocabulary, or None where it would differ
-    from merge-order BPE (or tiktoken is absent, or cannot compile the pattern)."""
-    try:
-        import tiktoken
-    except ImportError:
-        return None
+    reference: PythonEncoder | None,
+) -> dict[bytes, int] | None:
+    """tiktoken's mergeable ranks (token bytes -> id) giving merge-order BPE's ids, or
+    None where no ranks can (ids not rising in merge order, a merged token that does
+    not encode to itself). `reference` None skips the slow part of the check (a saved
+    tokenizer whose digest-verified config says it passed)."""
     ranks = {vocab[i]: i for i in byte_ids}
     last = max(byte_ids)
     for _, _, c in merge_ids:
@@ -97,12 +94,72 @@ def tiktoken_encoder(
             return None
         ranks[token] = last = c
     # a pre-token that is a token comes back whole from tiktoken: merge BPE must agree
-    if any(reference.encode_piece(t) != [i] for t, i in ranks.items() if len(t) > 1):
+    if reference and not merges_encode_to_themselves(vocab, merge_ids, byte_ids, reference):
+        return None
+    return ranks
+
+
+def merges_encode_to_themselves(
+    vocab: dict[int, bytes],
+    merge_ids: Sequence[tuple[int, int, int]],
+    byte_ids: Sequence[int],
+    reference: PythonEncoder,
+) -> bool:
+    """Whether merge BPE of every merged token's bytes gives that token alone.
+
+    Exact, without running BPE on most tokens. When both parts a, b of merge k were made
+    by earlier merges, BPE of a+b applies merges in rising rank, each part as on its own
+    (a and b encode to themselves: checked before), until merge k joins them, unless a
+    merge crosses the a|b boundary first (a|b then never is a boundary again, so the
+    result is not [a+b]). A crossing merge of rank r joins x, the last token of a's part
+    at that moment, with y, the first of b's: x and y still unmerged at rank r. Only
+    tokens with such a pair in their history run BPE.
+    """
+    partners: dict[int, dict[int, int]] = {}  # left id -> {right id: rank of their merge}
+    as_left: dict[int, int] = {}  # id -> lowest rank of a merge with it on the left
+    as_right: dict[int, int] = {}  # ... on the right
+    for (x, y), (rank, _) in reference.ranks.items():  # in rising rank
+        partners.setdefault(x, {})[y] = rank
+        as_left.setdefault(x, rank)
+        as_right.setdefault(y, rank)
+    # Per token, the (id, rank that merged it away) of what in turn was the first of its
+    # BPE, kept only where a crossing is possible; the token itself, not merged away
+    # yet, last (OPEN). `last`: the same for the last of its BPE.
+    first = {i: ((i, OPEN),) for i in byte_ids}
+    last = dict(first)
+    for k, (a, b, c) in enumerate(merge_ids):
+        if a not in first or b not in first:  # a part made later: check the slow way
+            return all(reference.encode_piece(vocab[c]) == [c] for _, _, c in merge_ids)
+        starts = first[b]
+        crossing = False
+        for x, x_until in last[a]:
+            row = partners.get(x)
+            if row is not None:
+                for y, y_until in starts:
+                    r = row.get(y, k)
+                    if r < k and r <= x_until and r <= y_until:
+                        crossing = True
+                        break
+                if crossing:
+                    break
+        if crossing and reference.encode_piece(vocab[c]) != [c]:
+            return False
+        # a (b) was the first (last) of c's BPE until rank k: kept if it can cross by then
+        head = first[a][:-1] + ((a, k),) if as_right.get(a, OPEN) <= k else first[a][:-1]
+        tail = last[b][:-1] + ((b, k),) if as_left.get(b, OPEN) <= k else last[b][:-1]
+        first[c], last[c] = (*head, (c, OPEN)), (*tail, (c, OPEN))
+    return True
+
+
+def tiktoken_encoding(ranks: dict[bytes, int], pattern: str, name: str, special_tokens=None):
+    """A tiktoken.Encoding, or None when tiktoken is absent or rejects the pattern."""
+    try:
+        import tiktoken
+    except ImportError:
         return None
     try:
-        encoding = tiktoken.Encoding(
-            name, pat_str=pattern, mergeable_ranks=ranks, special_tokens={}
+        return tiktoken.Encoding(
+            name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special_tokens or {}
         )
     except Exception:  # fancy-regex rejects the pattern
         return None
-    return encoding.encode_ordinary

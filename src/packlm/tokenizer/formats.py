@@ -9,6 +9,9 @@ differently. Every file is written to a temporary name and renamed into place.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import codecs
 import json
 import os
 from pathlib import Path
@@ -41,7 +44,7 @@ def _byte_chars() -> list[str]:
 
 BYTE_CHARS = _byte_chars()
 _TO_CHAR = {b: c for b, c in enumerate(BYTE_CHARS)}  # str.translate table over latin-1
-_TO_BYTE = {ord(c): chr(b) for b, c in enumerate(BYTE_CHARS)}
+_TO_BYTES = codecs.charmap_build("".join(BYTE_CHARS))  # a codec: one C call per token
 
 
 def to_unicode(token: bytes) -> str:
@@ -50,9 +53,10 @@ def to_unicode(token: bytes) -> str:
 
 def from_unicode(text: str) -> bytes | None:
     """Bytes of a byte-to-unicode string, or None if it holds a character outside the map."""
-    if any(ord(c) not in _TO_BYTE for c in text):
+    try:
+        return codecs.charmap_encode(text, "strict", _TO_BYTES)[0]
+    except UnicodeEncodeError:
         return None
-    return text.translate(_TO_BYTE).encode("latin-1")
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -85,9 +89,23 @@ def read_vocab_json(path: str | os.PathLike, special_tokens: list[str]) -> dict[
         raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(table, dict):
         raise ValueError(f"{path}: expected a JSON object of token -> id")
+    specials, encode = set(special_tokens), codecs.charmap_encode
+    try:  # the fast path: no Python work per character
+        vocab = {
+            i: text.encode("utf-8") if text in specials else encode(text, "strict", _TO_BYTES)[0]
+            for text, i in table.items()
+        }
+        if len(vocab) == len(table) and all(type(i) is int for i in vocab):
+            return vocab
+    except (UnicodeEncodeError, TypeError):
+        pass
+    return _vocab_naming_the_bad_entry(path, table, specials)
+
+
+def _vocab_naming_the_bad_entry(path: Path, table: dict, specials: set[str]) -> dict[int, bytes]:
     vocab: dict[int, bytes] = {}
     for text, i in table.items():
-        token = text.encode("utf-8") if text in special_tokens else from_unicode(text)
+        token = text.encode("utf-8") if text in specials else from_unicode(text)
         if token is None or isinstance(i, bool) or not isinstance(i, int):
             raise ValueError(f"{path}: bad entry {text!r}: {i!r} (not a byte-level token and id)")
         if i in vocab:
@@ -99,8 +117,24 @@ def read_vocab_json(path: str | os.PathLike, special_tokens: list[str]) -> dict[
 def read_merges_txt(path: str | os.PathLike) -> list[tuple[bytes, bytes]]:
     """One merge per line, "left right"; an optional first line "#version: ..."."""
     path = Path(path)
+    lines = _read_text(path, "merges_path").split("\n")
+    start = 1 if lines and lines[0].startswith("#version") else 0
+    rows = [line.rstrip("\r").split(" ") for line in lines[start:] if line]
+    encode = codecs.charmap_encode
+    try:  # the fast path: no Python work per character
+        merges = [
+            (encode(a, "strict", _TO_BYTES)[0], encode(b, "strict", _TO_BYTES)[0]) for a, b in rows
+        ]
+        if all(a and b for a, b in merges):
+            return merges
+    except (ValueError, UnicodeEncodeError):
+        pass
+    return _merges_naming_the_bad_line(path, lines)
+
+
+def _merges_naming_the_bad_line(path: Path, lines: list[str]) -> list[tuple[bytes, bytes]]:
     merges = []
-    for lineno, line in enumerate(_read_text(path, "merges_path").split("\n"), start=1):
+    for lineno, line in enumerate(lines, start=1):
         if not line or (lineno == 1 and line.startswith("#version")):
             continue
         parts = line.rstrip("\r").split(" ")
@@ -144,6 +178,8 @@ def save_dir(tokenizer, directory: str | os.PathLike) -> None:
         "special_tokens": tokenizer.special_tokens,
         "vocab_size": tokenizer.vocab_size,
         "digest": tokenizer.digest(),
+        # computed once here so that loading skips it (the digest vouches for the files)
+        "tiktoken_ranks": tokenizer._tiktoken_ranks() is not None,
     }
     write_atomic(directory / CONFIG, json.dumps(config, ensure_ascii=False, indent=2) + "\n")
 
@@ -171,4 +207,55 @@ def load_dir(cls, directory: str | os.PathLike, **kwargs):
             f"{directory}: {VOCAB}/{MERGES} do not match the digest in "
             f"{CONFIG} (corrupt or partly written)"
         )
+    tokenizer.tiktoken_checked = config.get("tiktoken_ranks") is True
     return tokenizer
+
+
+def read_tiktoken(path: str | os.PathLike) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """A `.tiktoken` ranks file ("base64(token) rank" per line) -> (vocab, merges).
+
+    tiktoken keeps no merges: each token's merge is recovered as the last step of
+    tiktoken's own BPE of its bytes with only lower ranks allowed (how transformers
+    converts tiktoken files too)."""
+    path = Path(path)
+    ranks: dict[bytes, int] = {}
+    for lineno, line in enumerate(_read_text(path, "tokenizer.path").splitlines(), start=1):
+        if not line:
+            continue
+        try:
+            token, rank = line.split()
+            ranks[base64.b64decode(token, validate=True)] = int(rank)
+        except (ValueError, binascii.Error):
+            raise ValueError(
+                f"{path}:{lineno}: expected 'base64-token rank', got {line[:60]!r}"
+            ) from None
+    vocab = {i: t for t, i in ranks.items()}
+    if len(vocab) != len(ranks) or sorted(vocab) != list(range(len(vocab))):
+        raise ValueError(f"{path}: ranks must be 0..{len(ranks) - 1}, each once")
+    merges = []
+    for i in range(len(vocab)):
+        token = vocab[i]
+        if len(token) == 1:
+            continue
+        parts = _rank_bpe(ranks, token, i)
+        if len(parts) != 2:
+            raise ValueError(
+                f"{path}: token {token!r} (rank {i}) is not a merge of two lower ranks"
+            )
+        merges.append((parts[0], parts[1]))
+    return vocab, merges
+
+
+def _rank_bpe(ranks: dict[bytes, int], token: bytes, max_rank: int) -> list[bytes]:
+    """tiktoken's BPE of `token`'s bytes, merging only into tokens ranked below max_rank."""
+    parts = [token[k : k + 1] for k in range(len(token))]
+    while len(parts) > 1:
+        best, at = max_rank, -1
+        for k in range(len(parts) - 1):
+            r = ranks.get(parts[k] + parts[k + 1], max_rank)
+            if r < best:
+                best, at = r, k
+        if at < 0:
+            break
+        parts[at : at + 2] = [parts[at] + parts[at + 1]]
+    return parts

@@ -92,3 +92,61 @@ def save_tokenizer_json(tokenizer, path: str | os.PathLike) -> None:
     if path.is_dir():
         path = path / "tokenizer.json"
     write_atomic(path, json.dumps(tokenizer_json(tokenizer), ensure_ascii=False))
+
+
+def read_tokenizer_json(path: str | os.PathLike) -> dict:
+    """A byte-level BPE tokenizer.json (GPT-2's, or packlm's export) -> the keyword arguments
+    of `Tokenizer` (vocab, merges, special_tokens, pattern); an error naming the file for
+    anything packlm's pipeline cannot reproduce (another model, a normalizer)."""
+    from packlm.tokenizer.formats import from_unicode
+    from packlm.tokenizer.pretokenize import GPT2_PATTERN
+
+    path = Path(path)
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+        model = spec["model"]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({e})") from None
+    if model.get("type") != "BPE" or spec.get("normalizer") is not None:
+        raise ValueError(f"{path}: only byte-level BPE without a normalizer can be loaded")
+    pattern = _pattern_of(spec.get("pre_tokenizer"), GPT2_PATTERN)
+    if pattern is None:
+        raise ValueError(
+            f"{path}: the pre_tokenizer is not GPT-2's ByteLevel (with or without a Split)"
+        )
+    specials = [t["content"] for t in sorted(spec.get("added_tokens") or [], key=lambda t: t["id"])]
+    vocab = {}
+    for text, i in model["vocab"].items():
+        token = text.encode("utf-8") if text in specials else from_unicode(text)
+        if token is None:
+            raise ValueError(f"{path}: vocab entry {text!r} is not a byte-level token")
+        vocab[i] = token
+    for t in spec.get("added_tokens") or []:
+        vocab.setdefault(t["id"], t["content"].encode("utf-8"))
+    merges = []
+    for k, merge in enumerate(model.get("merges") or []):
+        pair = merge.split(" ") if isinstance(merge, str) else list(merge)
+        tokens = [from_unicode(p) for p in pair]
+        if len(pair) != 2 or not all(tokens):
+            raise ValueError(f"{path}: merges[{k}] = {merge!r} is not two byte-level tokens")
+        merges.append((tokens[0], tokens[1]))
+    return {"vocab": vocab, "merges": merges, "special_tokens": specials, "pattern": pattern}
+
+
+def _pattern_of(pre: dict | None, gpt2: str) -> str | None:
+    """The regex of a ByteLevel pre-tokenizer (its own: GPT-2's) or of Split + ByteLevel."""
+    steps = (pre.get("pretokenizers") if pre.get("type") == "Sequence" else [pre]) if pre else []
+    if not steps or steps[-1].get("type") != "ByteLevel" or steps[-1].get("add_prefix_space"):
+        return None
+    if len(steps) == 1:
+        return gpt2 if steps[0].get("use_regex", True) else None
+    split = steps[0]
+    if len(steps) != 2 or split.get("type") != "Split" or steps[1].get("use_regex", True):
+        return None
+    if (
+        split.get("behavior") != "Isolated"
+        or split.get("invert")
+        or "Regex" not in split["pattern"]
+    ):
+        return None
+    return split["pattern"]["Regex"]

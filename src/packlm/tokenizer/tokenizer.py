@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from packlm.tokenizer.encoder import PythonEncoder, tiktoken_encoder
+from packlm.tokenizer.encoder import PythonEncoder, tiktoken_encoding, tiktoken_ranks
 from packlm.tokenizer.pretokenize import (
     check_special_tokens,
     resolve_pattern,
@@ -47,26 +47,29 @@ class Tokenizer:
         self.merges = [(bytes(a), bytes(b)) for a, b in merges]
 
         self.special_token_ids = self._place_special_tokens()
-        ids_of: dict[bytes, int] = {}  # ordinary bytes -> id (the lowest, should two share them)
         specials = set(self.special_token_ids.values())
-        for i in sorted(self.vocab):
-            if i not in specials:
-                ids_of.setdefault(self.vocab[i], i)
+        n = len(self.vocab)  # ordinary bytes -> id (the lowest, should two share them):
+        ids_of = {self.vocab[i]: i for i in range(n - 1, -1, -1) if i not in specials}
         missing = [b for b in range(256) if bytes([b]) not in ids_of]
         if missing:
             raise ValueError(f"vocab: no id for the byte(s) {missing[:8]} (all 256 are needed)")
         self._byte_ids = [ids_of[bytes([b])] for b in range(256)]
-        self._merge_ids = []  # (left id, right id, merged id) in merge order
-        for k, (a, b) in enumerate(self.merges):
-            if a not in ids_of or b not in ids_of or a + b not in ids_of:
-                raise ValueError(f"merges[{k}] = {(a, b)}: a token or their merge is not in vocab")
-            self._merge_ids.append((ids_of[a], ids_of[b], ids_of[a + b]))
+        try:  # (left id, right id, merged id) in merge order
+            self._merge_ids = [(ids_of[a], ids_of[b], ids_of[a + b]) for a, b in self.merges]
+        except KeyError:  # name the first merge that does not fit
+            k = next(k for k, (a, b) in enumerate(self.merges) if {a, b, a + b} - ids_of.keys())
+            bad = f"merges[{k}] = {self.merges[k]}"
+            raise ValueError(f"{bad}: a token or their merge is not in vocab") from None
 
         self._table = [self.vocab[i] for i in range(len(self.vocab))]
         self._specials_re = special_regex(self.special_tokens)
         self._longest_special = max(map(len, self.special_tokens), default=0)
         self._encoder = None  # built at the first encode
         self._engine = ""
+        self._reference: PythonEncoder | None = None
+        self._ranks: dict[bytes, int] | None = None  # tiktoken's ranks ({}: none can work)
+        self._digest: str | None = None
+        self.tiktoken_checked = False  # set by formats.load_dir when the saved config vouches
 
     def _place_special_tokens(self) -> dict[str, int]:
         """Each special token gets the lowest id holding its bytes, else a new id at the end."""
@@ -86,24 +89,55 @@ class Tokenizer:
         return self._encoder(text)
 
     def _build_encoder(self) -> None:
-        reference = PythonEncoder(self._byte_ids, self._merge_ids, self.pattern_regex)
         fast = None
         if self.engine_request != "python":
-            fast = tiktoken_encoder(
-                self.vocab,
-                self._merge_ids,
-                self._byte_ids,
-                self.pattern_regex,
-                reference,
-                f"packlm-{self.digest()}",
-            )
+            ranks = self._tiktoken_ranks()
+            encoding = ranks and tiktoken_encoding(ranks, self.pattern_regex, self._name())
+            fast = encoding.encode_ordinary if encoding else None
             if fast is None and self.engine_request == "tiktoken":
                 raise ValueError(
                     "engine='tiktoken': tiktoken is absent, cannot compile the "
                     "pattern, or would not give the same ids for this vocab"
                 )
-        self._encoder = fast or reference.encode
+        self._encoder = fast or self._python_encoder().encode
         self._engine = "tiktoken" if fast else "python"
+
+    def _python_encoder(self) -> PythonEncoder:
+        if self._reference is None:
+            self._reference = PythonEncoder(self._byte_ids, self._merge_ids, self.pattern_regex)
+        return self._reference
+
+    def _tiktoken_ranks(self) -> dict[bytes, int] | None:
+        """Token bytes -> id for tiktoken, or None when no ranks give merge-order BPE's ids."""
+        if self._ranks is None:
+            reference = None if self.tiktoken_checked else self._python_encoder()
+            ranks = tiktoken_ranks(self.vocab, self._merge_ids, self._byte_ids, reference)
+            self._ranks = ranks or {}
+        return self._ranks or None
+
+    def _name(self) -> str:  # the tiktoken Encoding's name
+        return f"packlm-{self.digest()[:16]}"
+
+    def to_tiktoken(self):
+        """A `tiktoken.Encoding` giving the same ids, special tokens included (as with any
+        tiktoken Encoding, `encode(text, allowed_special="all")` is this `encode`)."""
+        try:
+            import tiktoken  # noqa: F401
+        except ImportError:
+            raise ImportError(
+                'to_tiktoken() needs tiktoken: pip install "packlm[tiktoken]"'
+            ) from None
+        ranks = self._tiktoken_ranks()
+        if ranks is None:
+            raise ValueError(
+                "no tiktoken Encoding gives this vocabulary's ids: merge ids do not rise in "
+                "merge order, or a merged token does not encode to itself"
+            )
+        name, specials = self._name(), self.special_token_ids
+        encoding = tiktoken_encoding(ranks, self.pattern_regex, name, specials)
+        if encoding is None:
+            raise ValueError(f"tiktoken cannot compile the pattern {self.pattern!r}")
+        return encoding
 
     @property
     def engine(self) -> str:
@@ -175,13 +209,19 @@ class Tokenizer:
 
     def digest(self) -> str:
         """sha256 over pattern, special tokens, vocab and merges: same digest, same ids."""
+        if self._digest is None:
+            self._digest = self._compute_digest()
+        return self._digest
+
+    def _compute_digest(self) -> str:
         h = hashlib.sha256(b"packlm-bpe-1\0")
         h.update(self.pattern_regex.encode("utf-8") + b"\0")
         h.update(json.dumps(self.special_tokens).encode("utf-8") + b"\0")
-        for token in self._table:
-            h.update(len(token).to_bytes(4, "little") + token)
-        for a, b in self.merges:
-            h.update(len(a).to_bytes(4, "little") + a + len(b).to_bytes(4, "little") + b)
+        h.update(b"".join([len(t).to_bytes(4, "little") + t for t in self._table]))
+        h.update(
+            b"".join([len(a).to_bytes(4, "little") + a + len(b).to_bytes(4, "little") + b
+                      for a, b in self.merges])
+        )  # fmt: skip
         return h.hexdigest()
 
     # ---- files and pickling ----------------------------------------------------------
@@ -241,11 +281,18 @@ class Tokenizer:
 def _check_vocab(vocab: dict[int, bytes]) -> dict[int, bytes]:
     if not isinstance(vocab, dict) or not vocab:
         raise ValueError("vocab: expected a non-empty dict[int, bytes]")
-    out = {}
-    for i, t in vocab.items():
-        if isinstance(i, bool) or not isinstance(i, int) or not isinstance(t, bytes | bytearray):
-            raise ValueError(f"vocab: entry {i!r}: {t!r} is not int -> bytes")
-        out[i] = bytes(t)
-    if sorted(out) != list(range(len(out))):
+    if all(type(i) is int for i in vocab) and all(type(t) is bytes for t in vocab.values()):
+        out = dict(vocab)  # the common case, checked without a Python step per entry
+    else:
+        out = {}
+        for i, t in vocab.items():
+            if (
+                isinstance(i, bool)
+                or not isinstance(i, int)
+                or not isinstance(t, bytes | bytearray)
+            ):
+                raise ValueError(f"vocab: entry {i!r}: {t!r} is not int -> bytes")
+            out[i] = bytes(t)
+    if len(out) - 1 != max(out) or min(out) != 0:
         raise ValueError(f"vocab: ids must be 0..{len(out) - 1} without gaps")
     return out

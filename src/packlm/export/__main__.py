@@ -1,0 +1,123 @@
+"""`python -m packlm.export format=<hf|tiktoken|nanogpt|megatron> out=<dir> ...`
+
+hf and tiktoken read `ckpt_path` (tiktoken also takes `tokenizer.path` instead); nanogpt and
+megatron export the token stores of the `data` / `tokenizer` config (the same overrides as
+train.py), encoded with the checkpoint's tokenizer when `ckpt_path` is given. Prints what
+it wrote as JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig
+from omegaconf.errors import MissingMandatoryValue
+
+from packlm.config import CONFIG_DIR, PackLMConfig
+from packlm.data.config import DataConfig
+from packlm.data.store.token_store import StoreError
+from packlm.errors import ConfigError
+from packlm.export import FORMATS
+from packlm.export.checkpoint import load_checkpoint, tokenizer_config_of
+from packlm.export.output import output_dir
+from packlm.prepare import logs_to_stderr
+from packlm.tokenizer.config import TokenizerConfig
+
+
+@dataclass
+class ExportConfig(PackLMConfig):
+    """train.py's config (data, tokenizer, cache_dir: the stores to export) plus:"""
+
+    format: str = "???"
+    """hf | tiktoken | nanogpt | megatron."""
+    out: str = "???"
+    """The folder to write; it must be absent or empty unless `overwrite`."""
+    overwrite: bool = False
+    """Replace a non-empty `out` (its old content is removed)."""
+
+
+ConfigStore.instance().store(name="packlm_export_schema", node=ExportConfig)
+
+
+def export(cfg: DictConfig) -> dict:
+    """Check the config, then write the export; returns the summary printed."""
+    fmt, ckpt_path = cfg.format, cfg.get("ckpt_path")
+    if fmt not in FORMATS:
+        raise ConfigError(f"format={fmt!r}: expected one of {', '.join(FORMATS)}")
+    if fmt == "hf" and not ckpt_path:
+        raise ConfigError("ckpt_path: format=hf exports a checkpoint (ckpt_path=<file.ckpt>)")
+    if fmt == "tiktoken" and not ckpt_path and cfg.tokenizer.path is None:
+        raise ConfigError("format=tiktoken: give ckpt_path=<file.ckpt> or tokenizer.path=<dir>")
+    if fmt in ("hf", "tiktoken") and cfg.out in (None, ""):
+        raise ConfigError("out: give the folder to write the export into (out=<dir>)")
+    if fmt == "hf":
+        from packlm.export.hf import require_hf
+
+        require_hf()  # before reading anything
+    ckpt = load_checkpoint(ckpt_path) if ckpt_path else None
+    notes: list[str] = []
+    with output_dir(cfg.out, cfg.overwrite) as tmp:
+        if fmt == "hf":
+            from packlm.export.hf import export_hf
+
+            export_hf(ckpt.weights, ckpt.model, ckpt.tokenizer, tmp)
+        elif fmt == "tiktoken":
+            from packlm.export.tiktoken_ranks import export_tiktoken
+
+            export_tiktoken(ckpt.tokenizer if ckpt else _tokenizer_at(cfg.tokenizer), tmp)
+        else:
+            notes = _export_stores(cfg, fmt, ckpt, tmp)
+        files = sorted(p.name for p in tmp.iterdir())
+    return {"format": fmt, "out": str(Path(cfg.out).resolve()), "files": files, "notes": notes}
+
+
+def _tokenizer_at(cfg: DictConfig):
+    from packlm.tokenizer.cache import load_path
+
+    t = TokenizerConfig.from_mapping(cfg)
+    return load_path(t.path, "tokenizer.path", t.special_tokens, t.pattern)
+
+
+def _export_stores(cfg: DictConfig, fmt: str, ckpt, tmp: Path) -> list[str]:
+    from packlm.data.store.cache import prepare_stores
+
+    data = DataConfig.from_mapping(cfg.data)
+    if ckpt is not None:
+        tokenizer_cfg = tokenizer_config_of(ckpt.tokenizer, cfg.cache_dir)
+    else:
+        tokenizer_cfg = TokenizerConfig.from_mapping(cfg.tokenizer)
+    prepared = prepare_stores(data, tokenizer_cfg, cfg.cache_dir, progress=True)
+    stores = {split: prepared.open(split) for split in ("train", "val")}
+    if fmt == "nanogpt":
+        from packlm.export.nanogpt import export_nanogpt
+
+        return export_nanogpt(stores, prepared.tokenizer, tmp)
+    from packlm.export.megatron import export_megatron
+
+    return export_megatron(stores, prepared.tokenizer, tmp)
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="export", version_base=None)
+def main(cfg: DictConfig) -> None:
+    """Bad input (config, files, a missing extra) prints one line and exits 2 (config) or 1;
+    HYDRA_FULL_ERROR=1 shows the traceback."""
+    logs_to_stderr()
+    try:
+        summary = export(cfg)
+    except (ValueError, OSError, ImportError, StoreError, MissingMandatoryValue) as e:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2 if isinstance(e, ConfigError | MissingMandatoryValue) else 1) from None
+    json.dump(summary, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""`python -m packlm.evaluate`: every token of the given files scored once, with the
+checkpoint's tokenizer, and the same loss a direct forward gives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from packlm.callbacks.checkpoint_extras import KEY
+from packlm.errors import ConfigError
+from packlm.evaluate import evaluate
+from packlm.model.lit_module import LitCausalLM
+from packlm.tokenizer import Tokenizer, train_bpe_from_iterator
+
+SPECIALS = ["<|endoftext|>", "<|pad|>"]
+DOCS = ["the cat sat on the mat.", "a dog ran in the park.", "birds sing at dawn, cats sleep."]
+
+
+@pytest.fixture(scope="module")
+def held_out(tmp_path_factory):
+    """(checkpoint, folder of the held-out files, tokenizer, model)."""
+    root = tmp_path_factory.mktemp("evaluate")
+    tok = Tokenizer(*train_bpe_from_iterator(DOCS * 3, 300, SPECIALS, num_workers=1), SPECIALS)
+    torch.manual_seed(0)
+    module = LitCausalLM(model=dict(vocab_size=tok.vocab_size, context_length=32, n_layer=1,
+                                    n_head=2, n_embd=32))  # fmt: skip
+    ckpt = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
+            KEY: {"tokenizer": tok.__getstate__(), "data": {"window": 32, "packing": "none"}}}  # fmt: skip
+    torch.save(ckpt, root / "last.ckpt")
+    (root / "texts").mkdir()
+    for i, text in enumerate(DOCS):
+        (root / "texts" / f"{i}.txt").write_text(text, encoding="utf-8")
+    return root / "last.ckpt", root / "texts", tok, module.eval()
+
+
+@pytest.mark.parametrize("packing", ["none", "document"])
+def test_loss_is_the_direct_forwards(held_out, tmp_path, packing):
+    ckpt, texts, tok, module = held_out
+    result = evaluate(ckpt, {"val_sources": [f"{texts}/*.txt"], "packing": packing}, tmp_path)
+    eos = tok.special_token_ids["<|endoftext|>"]
+    nats, targets, n_bytes = 0.0, 0, 0
+    with torch.no_grad():
+        for text in DOCS:  # each document alone, all of it in one window (window 32)
+            ids = torch.tensor([tok.encode(text) + [eos]])  # [1, n]
+            nats += F.cross_entropy(module(ids[:, :-1])[0], ids[0, 1:], reduction="sum").item()
+            targets += ids.shape[1] - 1
+            n_bytes += len(text.encode()) - len(tok.token_bytes(int(ids[0, 0])))
+    assert result["documents"] == 3 and result["supervised_tokens"] == targets
+    assert result["tokens"] == targets + 3
+    assert result["loss"] == pytest.approx(nats / targets, rel=1e-5)
+    assert result["bytes"] == n_bytes
+    assert result["bpb"] == pytest.approx(nats / n_bytes / 0.6931471805599453, rel=1e-5)
+
+
+def test_command_prints_json(held_out, tmp_path):
+    ckpt, texts, _, _ = held_out
+    out = subprocess.run(
+        [sys.executable, "-m", "packlm.evaluate", f"ckpt_path={ckpt}",
+         f"data.val_sources=[{texts}/0.txt]", "data.window=8", f"cache_dir={tmp_path}"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert (result["documents"], result["window"], result["packing"]) == (1, 8, "none")
+    assert result["supervised_tokens"] == result["tokens"] - 1 and result["windows"] >= 2
+
+
+def test_needs_files_to_score(held_out, tmp_path):
+    ckpt, _, _, _ = held_out
+    with pytest.raises(ConfigError, match="data.val_sources"):
+        evaluate(ckpt, {"val_sources": None}, tmp_path)
+    with pytest.raises(ValueError, match=r"data.val_sources\[0\]=.*missing.txt"):
+        evaluate(ckpt, {"val_sources": [str(tmp_path / "missing.txt")]}, tmp_path)
