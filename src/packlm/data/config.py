@@ -18,6 +18,7 @@ __all__ = ["DataConfig"]
 PACKING_MODES = ("none", "document", "stream")
 TAIL_POLICIES = ("drop", "cover", "pad")
 GROUP_BY = ("none", "source", "directory")
+SNAP_TO = ("none", "document")
 ENCODING_ERRORS = ("strict", "replace", "skip")
 SOURCE_KEYS = ("path", "weight", "include", "exclude")
 
@@ -60,6 +61,12 @@ class DataConfig(ConfigGroup):
     random_offset: bool = True
     """The first window of each sequence starts uniformly in [0, min(stride-1, len-T-1)],
     re-drawn every epoch (false: at 0)."""
+    snap: str = "none"
+    """Move a window start that is not its sequence's first forward to the next document start
+    when one lies within snap_tolerance tokens (fewer samples start mid-sentence): none or
+    document. A snapped window may end before T+1 tokens at the sequence's end (padded)."""
+    snap_tolerance: int = 16
+    """Tokens a window start may move forward with data.snap (less than data.stride)."""
     tail: str = "pad"
     """End of a sequence no full window reaches: drop, cover (one window aligned to the end), pad."""
     packing: str = "document"
@@ -114,6 +121,14 @@ class DataConfig(ConfigGroup):
         check_choice("data.packing", self.packing, PACKING_MODES)
         check_choice("data.tail", self.tail, TAIL_POLICIES)
         check_choice("data.group_by", self.group_by, GROUP_BY)
+        check_choice("data.snap", self.snap, SNAP_TO)
+        if not isinstance(self.snap_tolerance, int) or self.snap_tolerance < 0:
+            raise ConfigError(f"data.snap_tolerance={self.snap_tolerance!r}: an integer >= 0")
+        if self.snap != "none" and self.snap_tolerance >= self.stride:
+            raise ConfigError(
+                f"data.snap_tolerance={self.snap_tolerance}: must be less than "
+                f"data.stride={self.stride} (a window would pass the next one's start)"
+            )
         if self.pack_size is not None and self.pack_size < self.window + 1:
             raise ConfigError(
                 f"data.pack_size={self.pack_size}: must be at least data.window + 1 = {self.window + 1}"

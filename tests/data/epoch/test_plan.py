@@ -268,3 +268,59 @@ def test_group_by_keeps_groups_adjacent_and_shuffles_them_per_epoch():
     assert np.array_equal(again, orders[1])  # a pure function of (seed, epoch)
     ids = ["0:a/x.py", "0:a/y.py", "0:b/z.py:3", "1:a/x.py", "0:top.txt"]
     assert directory_groups(ids).tolist() == [1, 1, 2, 3, 0]  # per (source, directory)
+
+
+@pytest.mark.parametrize("tail", ["pad", "cover", "drop"])
+def test_snap_moves_window_starts_to_document_starts_within_the_tolerance(tail):
+    lengths = np.random.default_rng(3).integers(1, 30, size=300)
+    plain = plan_of(lengths, config(window=16, stride=12, tail=tail, random_offset=True, seed=4))
+    snapped = plan_of(
+        lengths,
+        config(
+            window=16,
+            stride=12,
+            tail=tail,
+            random_offset=True,
+            seed=4,
+            snap="document",
+            snap_tolerance=5,
+        ),
+    )
+    assert snapped.n_samples == plain.n_samples  # the same windows, some moved
+    ids = np.arange(plain.n_samples)
+    s0, g0, _ = plain.windows(ids)
+    s1, g1, r1 = snapped.windows(ids)
+    starts = set(np.cumsum(np.r_[0, lengths[snapped.order]])[:-1].tolist())
+    moved = g1 != g0
+    assert moved.any() and (g1 >= g0).all() and (g1 - g0 <= 5).all()
+    assert all(int(g) in starts for g in g1[moved])  # moved only onto document starts
+    on_start = np.isin(g1, list(starts)).mean()
+    assert on_start > np.isin(g0, list(starts)).mean()  # fewer samples start mid-document
+    seq_start, seq_len = snapped.sequences(s1)
+    assert ((g1 + r1 <= seq_start + seq_len) & (r1 >= 2)).all()  # inside, with a target
+    again = plan_of(
+        lengths,
+        config(
+            window=16,
+            stride=12,
+            tail=tail,
+            random_offset=True,
+            seed=4,
+            snap="document",
+            snap_tolerance=5,
+        ),
+    )
+    assert np.array_equal(again.windows(ids)[1], g1)  # still a pure function
+
+
+def test_snap_settings_are_checked_and_validation_never_snaps():
+    from packlm.data.epoch.windows import validation_config
+    from packlm.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError, match=r"^data\.snap_tolerance=8: must be less than data\.stride=8"
+    ):
+        config(stride=8, snap="document", snap_tolerance=8)
+    with pytest.raises(ConfigError, match=r"^data\.snap='paragraph'"):
+        config(snap="paragraph")
+    assert validation_config(config(snap="document", snap_tolerance=1)).snap == "none"

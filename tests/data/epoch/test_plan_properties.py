@@ -25,3 +25,14 @@ def test_samples_follow_the_reference_and_stay_inside_their_sequence(case):
 @given(plan_cases())
 def test_statistics_match_the_batches(case):
     check_statistics_match_the_batches(case)
+
+
+@FAST
+@given(plan_cases())
+def test_statistics_match_the_batches_with_snapped_windows(case):
+    from dataclasses import replace
+
+    lengths, cfg, epoch, mix = case
+    if cfg.stride > 1:
+        cfg = replace(cfg, snap="document", snap_tolerance=cfg.stride - 1).validate()
+    check_statistics_match_the_batches((lengths, cfg, epoch, mix))

@@ -28,6 +28,8 @@ PLAN_KEYS = (
     "stride",
     "random_offset",
     "tail",
+    "snap",
+    "snap_tolerance",
     "packing",
     "pack_size",
     "shuffle",

@@ -44,6 +44,7 @@ class EpochPlan:
     stride: int
     tail: str
     packing: str
+    snap_tolerance: int | None  # data.snap=document: how far a window start may move forward
     seed: int
     epoch: int
     # int64 [n_docs]: the store's document lengths (shared, not owned)
@@ -129,7 +130,23 @@ class EpochPlan:
         start, length, offset, windows = self._sequence_windows(s)
         k = ids - self.window_cum[s]  # window index inside its sequence
         local, read = window_start(k, length, offset, windows, self.window, self.stride, self.tail)
-        return s, start + local, read
+        g = start + local
+        if self.snap_tolerance is not None and len(g):
+            moved = k > 0  # a sequence's first window keeps its (random) offset
+            if self.tail == "cover":
+                moved &= k < windows.full  # the cover window stays aligned to the end
+            g = np.where(moved, self._snapped(g, start + length), g)
+            read = np.minimum(self.window + 1, start + length - g)
+        return s, g, read
+
+    def _snapped(self, g: np.ndarray, seq_end: np.ndarray) -> np.ndarray:
+        """Each start moved to the next document start within snap_tolerance, if one is there
+        and leaves at least 2 tokens (one input, one target) before the sequence's end."""
+        j = self.locate(g)
+        here = self.doc_start(j)
+        nxt = np.where(here == g, g, self.doc_start(np.minimum(j + 1, self.n_documents)))
+        ok = (nxt - g <= self.snap_tolerance) & (nxt + 2 <= seq_end)
+        return np.where(ok, nxt, g)
 
     def _sequence_windows(self, s: np.ndarray) -> tuple[np.ndarray, ...]:
         """(stream start, length, offset, SequenceWindows) of sequences s."""
@@ -191,6 +208,7 @@ def build_plan(
         stride=cfg.stride,
         tail=cfg.tail,
         packing=cfg.packing,
+        snap_tolerance=cfg.snap_tolerance if cfg.snap == "document" else None,
         seed=cfg.seed,
         epoch=epoch,
         doc_lengths=lengths,

@@ -107,12 +107,14 @@ def place_windows(
 
 
 def validation_config(cfg: DataConfig) -> DataConfig:
-    """Validation windows: stride = window, no offset, padded tail, no shuffling (each token once)."""
+    """Validation windows: stride = window, no offset, padded tail, no snapping, no shuffling
+    (each token once)."""
     return replace(
         cfg,
         stride=cfg.window,
         random_offset=False,
         tail="pad",
+        snap="none",
         shuffle=False,
         shuffle_documents=False,
     )
