@@ -277,3 +277,26 @@ def test_group_by_keeps_each_group_of_the_store_adjacent(tmp_path, group_by):
     assert len(np.unique(key)) == (2 if group_by == "source" else 10)
     assert (key[1:] != key[:-1]).sum() == len(np.unique(key)) - 1  # contiguous groups
     assert sorted(plan.order.tolist()) == list(range(60))
+
+
+def test_bos_makes_every_first_token_a_target_and_counts_follow(prepared):
+    def targets(dm, loader):
+        labels = torch.cat([b["labels"].flatten() for b in loader])
+        return labels[labels != -100]
+
+    plain = module(prepared, stride=8, random_offset=False, shuffle=False)
+    bos = module(prepared, stride=8, random_offset=False, shuffle=False, bos=True)
+    for dm, per_doc in ((plain, -1), (bos, 0)):  # a document of n tokens (EOS included)
+        val = targets(dm, dm.val_dataloader())
+        assert len(val) == int(VAL_LENGTHS.sum()) + per_doc * len(VAL_LENGTHS)  # each once
+    store = bos.store("val")
+    firsts = torch.as_tensor([int(store.document(d)[0]) for d in range(store.n_docs)])
+    assert torch.isin(firsts, targets(bos, bos.val_dataloader())).all()
+    assert not torch.isin(firsts, targets(plain, plain.val_dataloader())).any()
+    batch = next(iter(bos.train_dataloader()))
+    seg = batch["segment_ids"]
+    starts = (seg[:, 1:] != seg[:, :-1]) & (seg[:, 1:] >= 0)  # documents starting mid-row
+    bos_id = bos.store("train").eos_id  # EOS doubles as BOS
+    assert starts.any() and (batch["input_ids"][:, 1:][starts] == bos_id).all()
+    stats = bos.plan_statistics(0, "val")
+    assert stats["supervised_tokens"] == int(VAL_LENGTHS.sum())

@@ -53,6 +53,10 @@ class DataConfig(ConfigGroup):
     are counted in the manifest); false: the bytes as they are."""
 
     # --- store -> epoch plan -> samples (packlm.data.epoch.plan) ---
+    bos: bool = False
+    """Start every document with a BOS token of its own segment (EOS doubling as BOS, as in
+    GPT-2), so its first real token is a target: n tokens + EOS give n+1 targets, not n.
+    Validation scores the same way (compare bpb between runs with the same setting)."""
     window: int = 256
     """T: input positions per sample; a sample reads T+1 tokens; at most model.context_length."""
     stride: int = 256

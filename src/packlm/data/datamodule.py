@@ -112,7 +112,8 @@ class PackedDataModule(L.LightningDataModule):
             if split not in self._stores:
                 store = TokenStore.open(path)
                 self._stores[split] = store
-                self._lengths[split] = np.diff(np.asarray(store.doc_offsets))  # int64 [n_docs]
+                lengths = np.diff(np.asarray(store.doc_offsets))  # int64 [n_docs], EOS included
+                self._lengths[split] = lengths + 1 if self.data.bos else lengths  # + the BOS
 
     def store(self, split: str = "train") -> TokenStore:
         self.setup()
@@ -216,7 +217,7 @@ class PackedDataModule(L.LightningDataModule):
         store = self.store(split)
         cfg = self.data if split == "train" else validation_config(self.data)
         return PlanDataLoader(
-            WindowDataset(store.path, cfg.window, store.pad_id),
+            WindowDataset(store.path, cfg.window, store.pad_id, store.eos_id if cfg.bos else None),
             sampler,
             packing=cfg.packing,
             signature=plan_signature(cfg, store, self.source_weights if split == "train" else None),

@@ -30,6 +30,7 @@ PLAN_KEYS = (
     "tail",
     "snap",
     "snap_tolerance",
+    "bos",
     "packing",
     "pack_size",
     "shuffle",
@@ -41,12 +42,18 @@ PLAN_KEYS = (
 
 
 class WindowDataset(Dataset):
-    """BatchPieces -> Samples, read from the store's memmap (only the tokens the pieces name)."""
+    """BatchPieces -> Samples, read from the store's memmap (only the tokens the pieces name).
 
-    def __init__(self, store_path: str | Path, window: int, pad_id: int):
+    With `bos_id` (data.bos) every document is read as [BOS, its tokens..., EOS]: the plan's
+    document lengths count the BOS, position 0 of a document is BOS and position p >= 1 is
+    the store's token p-1, so no store holds the BOS and its first real token is a target.
+    """
+
+    def __init__(self, store_path: str | Path, window: int, pad_id: int, bos_id: int | None = None):
         self.store_path = Path(store_path)
         self.window = window
         self.pad_id = pad_id
+        self.bos_id = bos_id
         self._store: TokenStore | None = None
 
     @property
@@ -74,8 +81,13 @@ class WindowDataset(Dataset):
             column = ends - length - (ends - length)[run]  # [p] where each piece starts in its row
             piece = np.repeat(np.arange(p), length)  # [n] piece of each token
             within = np.arange(len(piece)) - (ends - length)[piece]
-            source = self.store.doc_offsets[doc][piece] + start[piece] + within
-            tokens[row[piece], column[piece] + within] = self.store.tokens[source]
+            position = start[piece] + within  # [n] position inside its document
+            if self.bos_id is None:
+                read = self.store.tokens[self.store.doc_offsets[doc][piece] + position]
+            else:  # position 0 is the BOS, p >= 1 the store's token p - 1
+                source = self.store.doc_offsets[doc][piece] + np.maximum(position - 1, 0)
+                read = np.where(position == 0, self.bos_id, self.store.tokens[source])
+            tokens[row[piece], column[piece] + within] = read
             segments[row[piece], column[piece] + within] = segment[piece]
         return Samples(tokens, segments)
 
