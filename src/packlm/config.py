@@ -48,7 +48,8 @@ class TrainConfig(ConfigGroup):
     """Stop after this many supervised targets (all ranks) instead of trainer.max_steps;
     sweeps compare at equal data (the cosine schedule follows the budget)."""
     log_batch_images: bool = True
-    """Log one batch's attention mask and segment/label layout as images at the start."""
+    """Log the first batch's attention mask (busiest row), layout and decoded row, and each
+    epoch's coverage image."""
     sample_prompt: str = "def "
     """Prompt of the text samples generated after each validation ('' to disable)."""
     sample_tokens: int = 64
@@ -132,8 +133,19 @@ def _output_subdir(ckpt_path: str | None) -> str:
     return f".hydra/resume-{datetime.now():%Y-%m-%d_%H-%M-%S}" if ckpt_path else ".hydra"
 
 
-SWEEP_SYNTAX = re.compile(r"^[^=]+=(?:.*,.*|(?:range|choice|interval|glob)\(.*)$")
+SWEEP_SYNTAX = re.compile(r"^[^=]+=(?![\[{'\"])(?:.*,.*|(?:range|choice|interval|glob)\(.*)$")
 NOT_IN_NAMES = ("cache_dir", "ckpt_path", "init_from", "data.sources", "data.val_sources")
+
+
+def swept_keys() -> set[str]:
+    """The keys a Hydra sweep varies: the command-line overrides written as a sweep (a,b /
+    range(...), not a list value [a,b]) and a sweeper's own params; empty outside a sweep."""
+    if not HydraConfig.initialized():
+        return set()
+    typed = [a.lstrip("+~") for a in sys.argv[1:] if SWEEP_SYNTAX.match(a.lstrip("+~"))]
+    varied = {a.split("=", 1)[0] for a in typed}
+    params = OmegaConf.select(HydraConfig.get(), "sweeper.params", default=None) or {}
+    return varied | set(params.keys())
 
 
 def sweep_subdir() -> str:
@@ -144,9 +156,7 @@ def sweep_subdir() -> str:
     job's other overrides name it.
     """
     hydra = HydraConfig.get()
-    typed = [a.lstrip("+~") for a in sys.argv[1:] if SWEEP_SYNTAX.match(a.lstrip("+~"))]
-    varied = {a.split("=", 1)[0] for a in typed}
-    varied |= set((OmegaConf.select(hydra, "sweeper.params", default=None) or {}).keys())
+    varied = swept_keys()
     pairs = [o.lstrip("+~").split("=", 1) for o in hydra.overrides.task if "=" in o]
     named = [(k, v) for k, v in pairs if k in varied] or [
         (k, v) for k, v in pairs if not k.startswith(NOT_IN_NAMES) and not k.endswith("seed")

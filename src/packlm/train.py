@@ -16,32 +16,33 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
 
 import hydra
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
-from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from packlm.callbacks import (
     AtomicCheckpointIO,
     BatchHashes,
     BatchImages,
     CheckpointExtras,
+    EpochStatistics,
     GracefulStop,
+    HParams,
     LastCheckpoint,
+    LossFirst,
+    ResumedSettings,
     StepMetrics,
     SupervisedTokenAxis,
     SupervisedTokenBudget,
     TextSamples,
+    TrainingRowText,
     TrainingStopped,
 )
-from packlm.callbacks.resumed_settings import ResumedSettings
-from packlm.config import CONFIG_DIR, Validated, validate_config
+from packlm.config import CONFIG_DIR, Validated, swept_keys, validate_config
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import StoreError
@@ -120,13 +121,16 @@ def train(
         ResumedSettings(config.optim),
         StepMetrics(),  # before SupervisedTokenAxis, which reads the train/loss it logs
         SupervisedTokenAxis(config.trainer.log_every_n_steps),
+        LossFirst(config.trainer.log_every_n_steps),
+        HParams.of_run(config, datamodule, tuple(sorted(swept_keys()))),
+        EpochStatistics(datamodule, images=config.train.log_batch_images),
         *callbacks,
     ]
     batch_hashes = BatchHashes.from_env()
     if batch_hashes is not None:
         callbacks.append(batch_hashes)
     if config.train.log_batch_images:
-        callbacks.append(BatchImages())
+        callbacks += [BatchImages(), TrainingRowText(datamodule.tokenizer)]
     if config.train.sample_prompt:
         callbacks.append(
             TextSamples(
@@ -159,9 +163,6 @@ def train(
         del init
     if trainer.is_global_zero:
         log_model_size(module)
-    for logger in loggers:
-        if isinstance(logger, TensorBoardLogger):
-            _log_hparams(logger, config, datamodule)
     start = time.perf_counter()
     with ddp_relaunch_runs_this_job(trainer):
         try:
@@ -213,36 +214,6 @@ def _schedule_horizon(config: Validated, datamodule: PackedDataModule, trainer: 
     per_step *= trainer.world_size
     steps = math.ceil(config.train.max_supervised_tokens / max(per_step, 1.0))
     return replace(optim, max_steps=max(1, steps))
-
-
-@rank_zero_only
-def _log_hparams(
-    logger: TensorBoardLogger, config: Validated, datamodule: PackedDataModule
-) -> None:
-    """One HParams row per run: the data and model choices, with val/loss and val/bpb columns.
-
-    The metric columns read the run's own `val/loss` and `val/bpb` scalars, so the row shows
-    the latest validation without writing placeholder values.
-    """
-    data = config.data
-    params: dict[str, Any] = {
-        "data/window": data.window,
-        "data/stride": data.stride,
-        "data/packing": data.packing,
-        "data/random_offset": data.random_offset,
-        "data/tail": data.tail,
-        "data/pack_size": data.pack_size or 0,
-        "data/batch_size": data.batch_size,
-        "tokenizer/vocab_size": datamodule.vocab_size,
-        "model/n_layer": config.model.n_layer,
-        "model/n_embd": config.model.n_embd,
-        "model/context_length": config.model.context_length,
-        "optim/lr": config.optim.lr,
-        "train/max_supervised_tokens": config.train.max_supervised_tokens or 0,
-    }
-    writer = logger.experiment
-    for event in hparams_summary(params, {"val/loss": 0.0, "val/bpb": 0.0}):
-        writer.file_writer.add_summary(event)
 
 
 def _check_writable(directory: Path, what: str) -> None:

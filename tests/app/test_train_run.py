@@ -76,7 +76,7 @@ def test_train_writes_every_tag_checkpoints_and_resumes(compose_tiny, tmp_path):
     assert not missing, f"missing tags {missing}; have {sorted(scalars)}"
     assert any(t.startswith("data/") for t in scalars), "no data statistics scalars"
     assert "val_by_tokens/loss" in scalars
-    assert "data/attention_mask_row0" in events.Tags()["images"]
+    assert "Packing/attention_mask" in events.Tags()["images"]
     steps = [e.step for e in events.Scalars("train/loss")]
     assert max(steps) >= 5
 

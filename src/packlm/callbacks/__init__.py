@@ -1,17 +1,19 @@
 """Lightning callbacks of the training run, one concern each.
 
 - `step_metrics.py`: `StepMetrics` logs loss, lr, grad norm, token counts and throughput.
-- `token_axis.py`: `SupervisedTokenAxis` logs the curves again against supervised tokens.
+- `token_axis.py`: `SupervisedTokenAxis` logs the curves again against supervised tokens;
+  `LossFirst` mirrors the loss curves into the group TensorBoard opens first.
 - `budget.py`: `SupervisedTokenBudget` stops after `train.max_supervised_tokens`.
 - `checkpointing.py`: atomic checkpoint writes, `last.ckpt` every N steps, clean stops on
   SIGTERM / Ctrl-C.
-- `checkpoint_extras.py`: the tokenizer and data config travel inside each checkpoint.
-- `batch_images.py`, `text_samples.py`: TensorBoard pictures of a batch, generated text.
+- `checkpoint_extras.py`: the tokenizer, data config and run settings inside each checkpoint.
+- `resumed_settings.py`: `ResumedSettings`, a resume applies the current optimizer settings.
 - `batch_hashes.py`: `BatchHashes`, per-batch hashes for comparing runs (debugging, tests).
+- `views/`: what TensorBoard shows of the data path (batch images, epoch tables, coverage,
+  a decoded row, HParams, text samples).
 """
 
 from packlm.callbacks.batch_hashes import BatchHashes
-from packlm.callbacks.batch_images import BatchImages
 from packlm.callbacks.budget import SupervisedTokenBudget
 from packlm.callbacks.checkpoint_extras import CheckpointExtras
 from packlm.callbacks.checkpointing import (
@@ -20,20 +22,32 @@ from packlm.callbacks.checkpointing import (
     LastCheckpoint,
     TrainingStopped,
 )
+from packlm.callbacks.resumed_settings import ResumedSettings
 from packlm.callbacks.step_metrics import StepMetrics
-from packlm.callbacks.text_samples import TextSamples
-from packlm.callbacks.token_axis import SupervisedTokenAxis
+from packlm.callbacks.token_axis import LossFirst, SupervisedTokenAxis
+from packlm.callbacks.views import (
+    BatchImages,
+    EpochStatistics,
+    HParams,
+    TextSamples,
+    TrainingRowText,
+)
 
 __all__ = [
     "AtomicCheckpointIO",
     "BatchHashes",
     "BatchImages",
     "CheckpointExtras",
+    "EpochStatistics",
     "GracefulStop",
+    "HParams",
     "LastCheckpoint",
+    "LossFirst",
+    "ResumedSettings",
     "StepMetrics",
     "SupervisedTokenAxis",
     "SupervisedTokenBudget",
     "TextSamples",
+    "TrainingRowText",
     "TrainingStopped",
 ]

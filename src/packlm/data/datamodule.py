@@ -36,6 +36,10 @@ from packlm.tokenizer.config import TokenizerConfig
 
 log = logging.getLogger(__name__)
 
+EPOCH_LINES = ("epoch", "samples", "supervised_tokens", "fill_ratio", "supervised_ratio")
+EPOCH_LINES += ("target_multiplicity_mean", "never_target_fraction", "overlap_ratio")
+SOURCE_LINES = ("samples", "supervised_tokens")  # statistics as lines over epochs, per source
+
 
 class PackedDataModule(L.LightningDataModule):
     """Batches of DESIGN.md from `data.*`; build with the data keys as keyword arguments
@@ -253,14 +257,14 @@ class PackedDataModule(L.LightningDataModule):
             self.log_plan_statistics(epoch)
 
     def log_plan_statistics(self, epoch: int) -> dict[str, Any]:
-        """Send the epoch's plan statistics to the trainer's loggers: scalars `data/...`,
-        histograms on TensorBoard. Returns the statistics; override to log more."""
+        """The few statistics worth a line over epochs to the loggers (`data/...`, table:
+        `packlm.callbacks.EpochStatistics`), histograms to TensorBoard; returns them all."""
         stats = self.plan_statistics(epoch)
         step = self.trainer.global_step
-        scalars = {f"data/{k}": float(v) for k, v in stats.items() if isinstance(v, (int, float))}
+        scalars = {f"data/{k}": float(stats[k]) for k in EPOCH_LINES}
         for index, (name, counts) in enumerate(stats.get("sources", {}).items()):
             tag = f"data/source/{_tag_name(index, name)}"
-            scalars.update({f"{tag}/{k}": float(v) for k, v in counts.items()})
+            scalars.update({f"{tag}/{k}": float(counts[k]) for k in SOURCE_LINES})
         for logger in self.trainer.loggers:
             logger.log_metrics(scalars, step=step)
             writer = getattr(logger, "experiment", None)

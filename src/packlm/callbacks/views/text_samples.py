@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import lightning as L
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from packlm.callbacks.views.tensorboard import tensorboard_logger
 from packlm.model.sampling import sample_text
 
 
@@ -26,11 +26,8 @@ class TextSamples(L.Callback):
 
     @rank_zero_only
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if (
-            trainer.sanity_checking
-            or not self.prompt
-            or not isinstance(trainer.logger, TensorBoardLogger)
-        ):
+        logger = tensorboard_logger(trainer)
+        if trainer.sanity_checking or not self.prompt or logger is None:
             return
         was_training = pl_module.training
         pl_module.eval()
@@ -47,6 +44,6 @@ class TextSamples(L.Callback):
         )
         pl_module.train(was_training)
         # Markdown: a code block keeps whitespace (the default corpus is Python source).
-        trainer.logger.experiment.add_text(
+        logger.experiment.add_text(
             "samples/generated", "```\n" + text + "\n```", trainer.global_step
         )

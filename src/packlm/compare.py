@@ -1,0 +1,219 @@
+"""`python -m packlm.compare <multirun dir | run dirs ...> [--out PNG]`: a sweep at a glance.
+
+Prints one row per run (job): the settings that differ between the runs (what the sweep
+varied), supervised tokens, wall time, final val/loss and val/bpb and the step of the best
+val/loss; and draws val/bpb against supervised tokens for every run into one PNG. Every
+number is read back from the runs' TensorBoard event files (`tb/`); the settings come from
+the HParams row the run wrote and, for Hydra jobs, from `.hydra/overrides.yaml`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import metadata as hparams_metadata
+
+from packlm.callbacks.views.hparams import SHOWN
+from packlm.callbacks.views.render import new_figure, require_matplotlib
+
+SESSION_TAG = "_hparams_/session_start_info"
+FORMATS = {  # the summary columns and how they print
+    "supervised tokens": "{:,.0f}",
+    "wall time (s)": "{:.1f}",
+    "val/loss": "{:.4f}",
+    "val/bpb": "{:.4f}",
+    "best step": "{}",
+}
+COLUMNS = tuple(FORMATS)
+
+
+class NoRunsError(FileNotFoundError):
+    """A path holds no run directory (no `tb/` below it)."""
+
+
+def find_runs(paths: list[Path]) -> list[Path]:
+    """Run directories (those holding `tb/`) at or below each path, in natural order."""
+    runs: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise NoRunsError(f"{path}: no such directory")
+        found = [path] if (path / "tb").is_dir() else [t.parent for t in path.glob("**/tb")]
+        found = [p for p in found if (p / "tb").is_dir()]
+        if not found:
+            raise NoRunsError(f"{path}: no run below it (no tb/ directory)")
+        runs += sorted(found, key=_natural)
+    return list(dict.fromkeys(runs))
+
+
+def _natural(path: Path) -> list[Any]:
+    """Sort key: `10_window=...` after `9_window=...`."""
+    return [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", str(path))]
+
+
+def read_run(run: Path) -> dict[str, Any]:
+    """Settings, curves and summary numbers of one run."""
+    acc = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+
+    def series(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        events = acc.Scalars(tag) if tag in tags else []
+        return (
+            np.array([e.step for e in events], dtype=np.int64),
+            np.array([e.value for e in events], dtype=np.float64),
+            np.array([e.wall_time for e in events], dtype=np.float64),
+        )
+
+    loss_steps, loss, _ = series("val/loss")
+    _, bpb, _ = series("val/bpb")
+    _, supervised, _ = series("tokens/supervised")
+    bpb_tokens, bpb_by_tokens, _ = series("val_by_tokens/bpb")
+    walls = [series(t)[2] for t in tags]
+    last_wall = max((float(w.max()) for w in walls if len(w)), default=math.nan)
+    try:
+        first_wall = acc.FirstEventTimestamp()
+    except ValueError:  # no event at all
+        first_wall = math.nan
+    return {
+        "run": run,
+        "settings": {**_hparams(acc), **_overrides(run)},
+        # tokens/supervised is logged every n steps; the last validation knows the total
+        "supervised tokens": float(max(supervised.max(initial=-1), bpb_tokens.max(initial=-1)))
+        if len(supervised) or len(bpb_tokens)
+        else math.nan,
+        "wall time (s)": last_wall - first_wall,
+        "val/loss": float(loss[-1]) if len(loss) else math.nan,
+        "val/bpb": float(bpb[-1]) if len(bpb) else math.nan,
+        "best step": int(loss_steps[np.argmin(loss)]) if len(loss) else None,
+        "curve": (bpb_tokens, bpb_by_tokens),  # val/bpb against supervised tokens
+    }
+
+
+def _hparams(acc: EventAccumulator) -> dict[str, str]:
+    """The run's HParams row (`packlm.callbacks.HParams`) as text values."""
+    try:
+        content = acc.PluginTagToContent("hparams").get(SESSION_TAG)
+    except KeyError:  # no hparams plugin data in this run
+        return {}
+    if content is None:
+        return {}
+    info = hparams_metadata.parse_session_start_info_plugin_data(content)
+    # keyed like overrides: `data.window` (runs of packlm <= 0.1 wrote `data/window`)
+    return {name.replace("/", "."): _value_text(v) for name, v in info.hparams.items()}
+
+
+def _value_text(value: Any) -> str:
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        number = value.number_value
+        return str(int(number)) if number.is_integer() else f"{number:g}"
+    if kind == "bool_value":
+        return str(value.bool_value).lower()
+    return str(getattr(value, kind)) if kind else ""
+
+
+def _overrides(run: Path) -> dict[str, str]:
+    """`key=value` overrides of a Hydra job (its `.hydra/overrides.yaml`), if any."""
+    path = run / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return {}
+    entries = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    pairs = (str(e).lstrip("+~").split("=", 1) for e in entries)
+    return {k: v for k, v, *_ in (p + [""] for p in pairs) if not k.startswith("hydra.")}
+
+
+def varied(rows: list[dict[str, Any]]) -> list[str]:
+    """Settings whose value is not the same in every run (all of them: none for one run)."""
+    keys = {k for r in rows for k in r["settings"]}
+    keys = sorted(keys, key=lambda k: (SHOWN.index(k) if k in SHOWN else len(SHOWN), k))
+    return [k for k in keys if len({r["settings"].get(k, "-") for r in rows}) > 1]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """An aligned plain-text table: run, varied settings, summary columns."""
+    keys = varied(rows)
+    head = ["run", *keys, *COLUMNS]
+    body = [
+        [
+            _short(r["run"].name),
+            *(r["settings"].get(k, "-") for k in keys),
+            *(_cell(r[c], c) for c in COLUMNS),
+        ]
+        for r in rows
+    ]
+    widths = [max(len(str(x)) for x in column) for column in zip(head, *body, strict=True)]
+    lines = [
+        "  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True))
+        for line in (head, *body)
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _short(name: str, width: int = 40) -> str:
+    """A run's directory name, cut: the varied columns say what tells the runs apart."""
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def _cell(value: Any, column: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return FORMATS[column].format(value)
+
+
+def plot(rows: list[dict[str, Any]], out: Path) -> Path:
+    """val/bpb against supervised tokens, one line per run, written atomically to `out`."""
+    require_matplotlib()
+    fig = new_figure(8, 4.2)
+    ax = fig.add_axes((0.1, 0.13, 0.58, 0.77))
+    keys = varied(rows)
+    for r in rows:
+        tokens, bpb = r["curve"]
+        label = ", ".join(f"{k.split('.')[-1]}={r['settings'].get(k, '-')}" for k in keys)
+        ax.plot(tokens, bpb, marker="o", markersize=3, label=label or r["run"].name)
+    ax.set(xlabel="supervised tokens seen", ylabel="val/bpb (bits per byte)")
+    ax.set_title(f"{len(rows)} runs: validation bits per byte at equal data", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    fig.savefig(tmp, format="png")
+    os.replace(tmp, out)
+    return out
+
+
+def compare(paths: list[str | Path], out: str | Path | None = None) -> tuple[str, Path]:
+    """Read every run below `paths`; returns the table and the PNG's path (default:
+    `compare.png` in the first path)."""
+    paths = [Path(p) for p in paths]
+    rows = [read_run(run) for run in find_runs(paths)]
+    png = plot(rows, Path(out) if out else paths[0] / "compare.png")
+    return table(rows), png
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m packlm.compare", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("paths", nargs="+", help="a multirun directory or run directories")
+    parser.add_argument("--out", help="the PNG to write (default: <first path>/compare.png)")
+    args = parser.parse_args(argv)
+    try:
+        text, png = compare(args.paths, args.out)
+    except NoRunsError as e:
+        sys.exit(f"packlm.compare: {e}")
+    print(text)
+    print(f"\nval/bpb against supervised tokens: {png}")
+
+
+if __name__ == "__main__":
+    main()
