@@ -24,8 +24,8 @@ from packlm.data.config import DataConfig
 from packlm.data.store.cache import DEFAULT_CACHE_DIR
 from packlm.errors import ConfigError
 from packlm.model.config import ModelConfig, OptimConfig
+from packlm.run.trainer_config import TrainerConfig, TrainerSchema
 from packlm.tokenizer.config import TokenizerConfig
-from packlm.trainer_config import TrainerConfig, TrainerSchema
 
 # conf/ at the top of the project (src/packlm/config.py -> ../../conf); PACKLM_CONFIG_DIR overrides.
 CONFIG_DIR = str(

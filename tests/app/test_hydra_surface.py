@@ -21,8 +21,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from helpers.runs import ROOT, tiny_overrides
 from packlm.config import CONFIG_DIR, validate_config
 from packlm.errors import ConfigError
+from packlm.run.trainer_config import OWNED, TrainerSchema
 from packlm.train import main, train
-from packlm.trainer_config import OWNED, TrainerSchema
 
 
 def scalars(run: Path, tag: str) -> dict[int, float]:

@@ -1,18 +1,12 @@
-"""What `train(cfg)` needs besides building data and model: the checks of a resume, and
-the DDP relaunch inside Hydra's `-m` sweeps.
+"""What `train(cfg)` needs besides building data and model (imported by module, no re-exports:
+`packlm.config` imports `trainer_config` while the others import `packlm.config`).
 
-1. `resume.py`: ckpt_path -> the run it belongs to, its checkpoint read once, every setting
-   that must match checked (data plan, model shape) with the key named.
-2. `ddp_hydra.py`: one job of a sweep launches its own ranks and cleans up after them.
+1. `trainer_config.py`: the `trainer` config group, every `lightning.Trainer` argument from
+   its signature, type-checked; the ones packlm sets are refused with the reason.
+2. `resume.py`: ckpt_path / init_from -> the run it belongs to, its checkpoint read once,
+   every setting that must match checked (data plan, model shape, tokenizer), the changed
+   settings a resume applies listed.
+3. `loggers.py`: the `logger` and `callbacks` groups -> Lightning loggers and callbacks.
+4. `report.py`: the model's size, the final summary, Lightning's tips kept out.
+5. `ddp_hydra.py`: one job of a sweep launches its own ranks and cleans up after them.
 """
-
-from packlm.run.ddp_hydra import ddp_relaunch_runs_this_job
-from packlm.run.resume import check_model_shape, check_resume, read_checkpoint, run_dir_of
-
-__all__ = [
-    "check_model_shape",
-    "check_resume",
-    "ddp_relaunch_runs_this_job",
-    "read_checkpoint",
-    "run_dir_of",
-]
