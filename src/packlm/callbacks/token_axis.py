@@ -30,7 +30,8 @@ class _Mirror(L.Callback):
         self._last_step = -1
 
     def step(self, trainer: L.Trainer, pl_module: L.LightningModule) -> int:
-        raise NotImplementedError
+        """The TensorBoard step of the copies (each subclass says which axis)."""
+        return trainer.global_step
 
     @rank_zero_only
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:

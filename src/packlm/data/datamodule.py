@@ -25,7 +25,8 @@ import torch
 
 from packlm.data.config import DataConfig, source_weight
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
-from packlm.data.epoch.plan import EpochPlan, build_plan, directory_groups
+from packlm.data.epoch.order import directory_groups
+from packlm.data.epoch.plan import EpochPlan, build_plan
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.epoch.windows import validation_config

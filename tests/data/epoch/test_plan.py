@@ -249,7 +249,7 @@ def test_a_mixing_weight_that_would_not_fit_is_refused_naming_the_key():
 
 
 def test_group_by_keeps_groups_adjacent_and_shuffles_them_per_epoch():
-    from packlm.data.epoch.plan import directory_groups, epoch_documents
+    from packlm.data.epoch.order import directory_groups, epoch_documents
 
     groups = np.repeat(np.arange(20), np.arange(1, 21))  # 20 groups of 1..20 documents
     cfg = config(shuffle_documents=True, group_by="source")

@@ -4,6 +4,7 @@
    order (mixing weights, shuffle), packs, offsets, windows, sample order; a pure function
    of (store, config, seed, epoch), a few bytes per document and sequence plus one
    permutation of the samples.
+   `order.py`: step 1, the document order: mixing weights, `data.group_by`, shuffling.
 2. `packing.py`: epoch documents -> sequences (`pack_size`: ordered greedy packs, documents
    never cut; unlimited: the whole stream is one sequence).
 3. `windows.py`: sequences -> window starts: offset draw, grid, full windows, tail policies,

@@ -8,9 +8,7 @@ sequence. Samples are never materialized as objects: sample i of sequence s is c
 s's start, length and offset, so memory is a few bytes per document and per sequence plus
 one int32 permutation of the samples.
 
-Mixing rule: a source with weight w contributes every one of its n documents floor(w) times,
-plus round(frac(w) * n) of them once more, drawn without replacement afresh each epoch. The
-weight is thus the expected number of times each document is seen per epoch (1 = natural).
+The document order (mixing weights, grouping, shuffling) is `packlm.data.epoch.order`.
 """
 
 from __future__ import annotations
@@ -21,19 +19,13 @@ import numpy as np
 
 from packlm.data.config import DataConfig
 from packlm.data.epoch.indexing import index_dtype, interval_of
+from packlm.data.epoch.order import OFFSETS, SAMPLES, epoch_documents, plan_rng
 from packlm.data.epoch.packing import make_sequences
 from packlm.data.epoch.windows import place_windows, sequence_windows, window_start
-from packlm.errors import ConfigError
 
 GROUP = 32
 """Stream positions are stored for every GROUP-th epoch document (8/GROUP bytes a document)."""
 _CHUNK = GROUP * 32768
-_DOCS, _MIX, _OFFSETS, _SAMPLES, _GROUPS = range(5)  # independent random streams of an epoch
-
-
-def plan_rng(seed: int, epoch: int, purpose: int) -> np.random.Generator:
-    """The generator of one purpose in one epoch: independent of every other (seed, epoch, purpose)."""
-    return np.random.default_rng([seed % 2**64, epoch, purpose])
 
 
 @dataclass
@@ -197,12 +189,12 @@ def build_plan(
     else:
         n_seq = len(seq_len)
         chunks = (seq_len[lo : lo + _CHUNK] for lo in range(0, n_seq, _CHUNK))
-    offsets, window_cum = place_windows(chunks, n_seq, cfg, plan_rng(cfg.seed, epoch, _OFFSETS))
+    offsets, window_cum = place_windows(chunks, n_seq, cfg, plan_rng(cfg.seed, epoch, OFFSETS))
     sample_order = None
     if cfg.shuffle:
         n = int(window_cum[-1])
         sample_order = np.arange(n, dtype=index_dtype(n))
-        plan_rng(cfg.seed, epoch, _SAMPLES).shuffle(sample_order)
+        plan_rng(cfg.seed, epoch, SAMPLES).shuffle(sample_order)
     return EpochPlan(
         window=cfg.window,
         stride=cfg.stride,
@@ -219,81 +211,6 @@ def build_plan(
         window_cum=window_cum,
         sample_order=sample_order,
     )
-
-
-def epoch_documents(
-    n_docs: int,
-    cfg: DataConfig,
-    epoch: int,
-    doc_sources: np.ndarray | None = None,
-    weights: list[float] | None = None,
-    doc_groups: np.ndarray | None = None,
-) -> np.ndarray:
-    """Store document of each epoch document: mixed by source weight, then shuffled if asked;
-    with `doc_groups`, grouped: a group's documents adjacent in store order, groups shuffled."""
-    dtype = index_dtype(n_docs)
-    if weights is None or all(w == 1.0 for w in weights):
-        order = np.arange(n_docs, dtype=dtype)
-    else:
-        if doc_sources is None:
-            raise ValueError("mixing weights need the store's doc_sources")
-        sources = np.asarray(doc_sources)
-        n_sources = max(len(weights), int(sources.max()) + 1 if n_docs else 0)
-        check_mixing_size(sources, weights)
-        rng = plan_rng(cfg.seed, epoch, _MIX)
-        parts = []
-        for s in range(n_sources):
-            docs = np.flatnonzero(sources == s).astype(dtype)
-            whole, frac = divmod(float(weights[s]) if s < len(weights) else 1.0, 1.0)
-            parts += [docs] * int(whole)
-            extra = round(frac * len(docs))
-            if extra:
-                parts.append(rng.choice(docs, extra, replace=False))
-        # store order, copies adjacent
-        order = np.sort(np.concatenate([np.zeros(0, dtype), *parts]))
-    if doc_groups is not None:
-        return group_documents(order, np.asarray(doc_groups), cfg, epoch)
-    if cfg.shuffle_documents:
-        plan_rng(cfg.seed, epoch, _DOCS).shuffle(order)
-    return order
-
-
-def group_documents(order: np.ndarray, doc_groups: np.ndarray, cfg: DataConfig, epoch: int):
-    """`order` (store order, copies adjacent) with each group's documents contiguous and the
-    groups in a fresh random order every epoch (`data.shuffle_documents`)."""
-    n_groups = int(doc_groups.max()) + 1 if len(doc_groups) else 0
-    rank = np.arange(n_groups)
-    if cfg.shuffle_documents:
-        rank = plan_rng(cfg.seed, epoch, _GROUPS).permutation(n_groups)  # position of each group
-    return order[np.argsort(rank[doc_groups[order]], kind="stable")]
-
-
-def directory_groups(doc_ids: list[str]) -> np.ndarray:
-    """int32 [n_docs]: one group per (source, directory) of the documents' ids
-    ("<source>:<dir>/<file>[:<record>]")."""
-    keys = []
-    for doc_id in doc_ids:
-        source, _, rest = doc_id.partition(":")
-        keys.append(f"{source}:{rest.split(':', 1)[0].rpartition('/')[0]}")
-    return np.unique(np.asarray(keys), return_inverse=True)[1].astype(np.int32)
-
-
-MAX_EPOCH_DOCUMENTS = 1 << 28
-"""Document copies one epoch may hold (1 GiB of int32 order): weights beyond it are refused."""
-
-
-def check_mixing_size(doc_sources: np.ndarray, weights: list[float]) -> None:
-    """Refuse, naming the key, mixing weights whose epoch would not fit in memory."""
-    per_source = np.bincount(doc_sources, minlength=len(weights))
-    copies = per_source[: len(weights)] * np.asarray(weights, dtype=np.float64)
-    total = float(copies.sum()) + float(per_source[len(weights) :].sum())
-    if total > MAX_EPOCH_DOCUMENTS:
-        s = int(np.argmax(copies))
-        raise ConfigError(
-            f"data.sources[{s}].weight={weights[s]}: an epoch would hold {total:,.0f} document "
-            f"copies ({total * 4 / 2**30:.1f} GiB for the document order alone; at most "
-            f"{MAX_EPOCH_DOCUMENTS:,}); lower the weight or train more epochs"
-        )
 
 
 def stream_anchors(order: np.ndarray, lengths: np.ndarray) -> np.ndarray:
