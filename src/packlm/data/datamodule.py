@@ -273,16 +273,9 @@ class PackedDataModule(L.LightningDataModule):
                 for name, h in stats["histograms"].items():
                     if h.num:
                         writer.add_histogram_raw(
-                            f"data/{name}",
-                            h.min,
-                            h.max,
-                            h.num,
-                            h.sum,
-                            h.sum_squares,
-                            h.edges[1:].tolist(),
-                            h.counts.tolist(),
-                            global_step=step,
-                        )
+                            f"data/{name}", h.min, h.max, h.num, h.sum, h.sum_squares,
+                            h.edges[1:].tolist(), h.counts.tolist(), global_step=step,
+                        )  # fmt: skip
         return stats
 
     def _check_epoch_length(self, epoch: int) -> None:
