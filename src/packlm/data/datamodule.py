@@ -279,23 +279,15 @@ class PackedDataModule(L.LightningDataModule):
         return stats
 
     def _check_epoch_length(self, epoch: int) -> None:
-        trainer = self.trainer
-        sampler = self._train_sampler
-        limit = trainer.num_training_batches
-        if (
-            sampler is None
-            or not math.isfinite(limit)
-            or trainer.reload_dataloaders_every_n_epochs == 1
-        ):
+        trainer, sampler = self.trainer, self._train_sampler
+        limit, reload = trainer.num_training_batches, trainer.reload_dataloaders_every_n_epochs
+        if sampler is None or not math.isfinite(limit) or reload == 1 or len(sampler) <= limit:
             return
-        if len(sampler) > limit:
-            log.warning(
-                "epoch %d has %d batches but Lightning will stop it after %d (the length it read at "
-                "the first epoch); create the Trainer with reload_dataloaders_every_n_epochs=1",
-                epoch,
-                len(sampler),
-                limit,
-            )
+        log.warning(
+            "epoch %d has %d batches but Lightning will stop it after %d (the length it read at "
+            "the first epoch); create the Trainer with reload_dataloaders_every_n_epochs=1",
+            epoch, len(sampler), limit,
+        )  # fmt: skip
 
 
 def _tag_name(index: int, name: str) -> str:
