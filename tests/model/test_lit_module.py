@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 
 from helpers.models import PAD, V, cat_rows, pack_row, random_docs, tiny_config
 from packlm.callbacks import StepMetrics
+from packlm.data.epoch.collate import mark_stream
 from packlm.model.lit_module import LitCausalLM, lr_factor
 from packlm.model.loss import token_counts
 from packlm.model.transformer import Transformer
@@ -302,8 +303,8 @@ def test_stream_batches_are_marked_on_the_cpu():
     B_, T_ = MANY["input_ids"].shape
     stream = dict(MANY, segment_ids=torch.zeros(B_, T_, dtype=torch.int32))
     stream["position_ids"] = torch.arange(T_).expand(B_, T_)
-    marked = lit.on_before_batch_transfer(stream, 0)
-    assert marked["stream"] is True and lit.on_before_batch_transfer(MANY, 0)["stream"] is False
+    marked = mark_stream(stream)  # what the DataModule's on_before_batch_transfer does
+    assert marked["stream"] is True and mark_stream(MANY)["stream"] is False
     # the flag only picks the is_causal kernel: same loss as the all-zero mask
     with torch.no_grad():
         torch.testing.assert_close(lit._sum_ce(marked)[0], lit._sum_ce(stream)[0])

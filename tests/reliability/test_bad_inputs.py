@@ -148,7 +148,7 @@ def test_one_token_documents_give_valid_batches_and_a_finite_loss(tmp_path, pack
     n_sup = sum(int((b["labels"] != -100).sum()) for b in batches)
     assert n_sup == dm.plan_statistics(0)["supervised_tokens"] > 0
     for batch in batches:
-        sum_ce, supervised = lit._sum_ce(lit.on_before_batch_transfer(batch, 0))
+        sum_ce, supervised = lit._sum_ce(dm.on_before_batch_transfer(batch, 0))
         assert torch.isfinite(sum_ce) and (sum_ce == 0) == (supervised.sum() == 0)
 
 

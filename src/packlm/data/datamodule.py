@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from packlm.data.config import DataConfig, source_weight
+from packlm.data.epoch.collate import mark_stream
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
 from packlm.data.epoch.order import directory_groups
 from packlm.data.epoch.plan import EpochPlan, build_plan
@@ -200,6 +201,10 @@ class PackedDataModule(L.LightningDataModule):
         return stats["supervised_tokens"] / max(stats["samples"], 1) * self.data.batch_size
 
     # --- dataloaders ---------------------------------------------------------------------
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Stream batches are marked on the CPU (`collate.mark_stream`): no device read."""
+        return mark_stream(batch)
+
     def train_dataloader(self) -> PlanDataLoader:
         rank, world = self._rank_world()
         sampler = PlanSampler(

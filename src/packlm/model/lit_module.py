@@ -87,14 +87,6 @@ class LitCausalLM(L.LightningModule):
     def forward(self, input_ids, segment_ids=None, position_ids=None) -> Tensor:
         return self._run_model(input_ids, segment_ids, position_ids)  # [B, T, V]
 
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Mark stream batches (all segment ids 0) while they are still on the CPU, so the
-        model takes the is_causal path without a device read (masks.is_stream)."""
-        seg = batch.get("segment_ids") if isinstance(batch, Mapping) else None
-        if seg is not None and seg.device.type == "cpu":
-            batch = {**batch, "stream": not bool(seg.any())}
-        return batch
-
     def _logits(self, batch: Mapping[str, Tensor]) -> Tensor:
         segment_ids = None if batch.get("stream") else batch.get("segment_ids")
         return self(batch["input_ids"], segment_ids, batch.get("position_ids"))  # [B, T, V]

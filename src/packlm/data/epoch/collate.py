@@ -8,7 +8,9 @@ restarts at 0 wherever the segment changes (row start included).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,3 +61,12 @@ def positions(segments: np.ndarray) -> np.ndarray:
     starts[:, 1:] = segments[:, 1:] != segments[:, :-1]
     run_start = np.maximum.accumulate(np.where(starts, col, 0), axis=1)  # [B, T]
     return np.where(segments >= 0, col - run_start, 0).astype(np.int64)
+
+
+def mark_stream(batch: Any) -> Any:
+    """Mark a batch whose segment ids are all 0 (stream rows) with `stream=True` while it is
+    still on the CPU, so the model takes the is_causal path without a device read."""
+    seg = batch.get("segment_ids") if isinstance(batch, Mapping) else None
+    if seg is not None and seg.device.type == "cpu":
+        batch = {**batch, "stream": not bool(seg.any())}
+    return batch
