@@ -2,11 +2,15 @@
 
     python bench/plan.py                 # 10^9 tokens in 10^7 documents, then the loader
     python bench/plan.py --docs 1000000  # a smaller synthetic store
+    python bench/plan.py --parts stats   # plan statistics only (10^9 tokens, stride T/8)
 
 Plan: synthetic document lengths only (no token file), uniform in [1, 2·mean), build the
 plan of epoch 1 for several configs; peak is the tracemalloc peak during the build (numpy
 allocations are traced), retained the plan's own arrays; the lengths array is the input
 and not counted. Target: <= 1 s and <= 16 bytes per sample for the default config.
+Statistics: `plan_statistics` of the same lengths with stride = window/8 (8 windows read
+each token); peak is the tracemalloc peak beyond the plan (traced after it was built), per
+sample, against the plan's own retained bytes per sample as the reference. Target: <= 32 B.
 Loader: a store of random tokens with log-normal document lengths, batches/s through a
 PlanDataLoader (collate included) with 0 and 2 worker processes.
 """
@@ -25,6 +29,7 @@ from packlm.data.config import DataConfig
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset
 from packlm.data.epoch.plan import build_plan
 from packlm.data.epoch.sampler import PlanSampler
+from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.store.token_store import StoreWriter
 
 PLAN_CONFIGS = {
@@ -57,6 +62,36 @@ def bench_plans(n_docs: int, mean: int) -> None:
             f"| {name:31} | {n:>10} | {seconds:>6.2f} | {peak / 1e6:>7.0f} | {peak / n:>13.1f} | {kept / n:>13.1f} |"
         )
         del plan
+
+
+def bench_statistics(n_docs: int, mean: int) -> None:
+    lengths = np.random.default_rng(0).integers(1, 2 * mean, size=n_docs).astype(np.int64)
+    sources = (np.arange(n_docs) % 3).astype(np.int32)
+    print(f"\nplan statistics: {lengths.sum():.2e} tokens, window 256, stride 32 (T/8), 3 sources")
+    print(
+        f"| {'config':31} | {'samples':>10} | {'time s':>6} | {'peak MB':>7} | {'peak B/sample':>13} | {'plan B/sample':>13} | {'ratio':>5} |"
+    )
+    print(f"|{'-' * 33}|{'-' * 12}|{'-' * 8}|{'-' * 9}|{'-' * 15}|{'-' * 15}|{'-' * 7}|")
+    for name, overrides in {
+        "document, unlimited (default)": {},
+        "none, shuffled documents": dict(packing="none", shuffle_documents=True),
+    }.items():
+        cfg = DataConfig(stride=32, **overrides).validate()
+        tracemalloc.start()
+        plan = build_plan(lengths, cfg, epoch=1)
+        kept = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        tracemalloc.start()
+        start = time.perf_counter()
+        stats = plan_statistics(plan, sources, ["a", "b", "c"])
+        seconds = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        n = stats["samples"]
+        print(
+            f"| {name:31} | {n:>10} | {seconds:>6.1f} | {peak / 1e6:>7.0f} | {peak / n:>13.1f} | {kept / n:>13.1f} | {peak / kept:>5.2f} |"
+        )
+        del plan, stats
 
 
 def write_store(path: Path, n_tokens: int) -> Path:
@@ -137,9 +172,17 @@ def main() -> None:
         "--loader-tokens", type=int, default=10**7, help="tokens of the loader store"
     )
     parser.add_argument("--batches", type=int, default=300, help="batches timed per loader run")
+    parser.add_argument(
+        "--parts", default="plan,stats,loader", help="comma-separated: plan, stats, loader"
+    )
     args = parser.parse_args()
-    bench_plans(args.docs, args.mean_length)
-    bench_loader(args.loader_tokens, args.batches)
+    parts = args.parts.split(",")
+    if "plan" in parts:
+        bench_plans(args.docs, args.mean_length)
+    if "stats" in parts:
+        bench_statistics(args.docs, args.mean_length)
+    if "loader" in parts:
+        bench_loader(args.loader_tokens, args.batches)
 
 
 if __name__ == "__main__":

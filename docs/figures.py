@@ -34,7 +34,7 @@ import packlm  # noqa: E402
 warnings.filterwarnings("ignore", message="IProgress not found")
 from packlm.data.datamodule import PackedDataModule  # noqa: E402
 from packlm.data.epoch.plan import build_plan  # noqa: E402
-from packlm.data.epoch.statistics import StepFunction, plan_statistics  # noqa: E402
+from packlm.data.epoch.statistics import plan_statistics  # noqa: E402
 from packlm.model.masks import allowed  # noqa: E402
 
 ROOT = Path(packlm.__file__).resolve().parents[2]  # the repository (editable install)
@@ -112,7 +112,7 @@ def coverage_figure(work: Path, out: Path) -> None:
     for i, (window, stride) in enumerate([(32, 32), (32, 16), (32, 8), (16, 24)]):
         plan = build_plan(lengths, replace(base, window=window, stride=stride), epoch=0)
         _, g, r = plan.windows(np.arange(plan.n_samples))  # stream start, tokens read
-        count = StepFunction(g + 1, g + r, plan.n_tokens).at(x)  # windows targeting each token
+        count = _intervals_holding(x, g + 1, g + r)  # windows targeting each token
         mean = plan_statistics(plan)["target_multiplicity_mean"]
         ax.step(
             x,
@@ -221,3 +221,10 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _intervals_holding(x: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """How many intervals [start, end) hold each x."""
+    return np.searchsorted(np.sort(starts), x, side="right") - np.searchsorted(
+        np.sort(ends), x, side="right"
+    )

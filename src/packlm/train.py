@@ -99,7 +99,8 @@ def train(
         check_model_shape(cfg.ckpt_path, checkpoint, model_config)
         for change in changed_settings(checkpoint, config):
             log.info("resume applies a changed setting: %s", change)
-        resume_step = int(checkpoint.get("global_step", 0))
+        seen = (checkpoint.get("packlm_tokens_seen") or {}).get("supervised", 0)
+        resume_step = (int(checkpoint.get("global_step", 0)), int(seen))
         del checkpoint
     if init is not None:
         check_init_from(cfg.init_from, init, model_config, datamodule.tokenizer)

@@ -274,3 +274,46 @@ def test_an_optuna_search_runs_and_names_its_jobs_by_the_params(tiny_corpus, tmp
         p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir() and p.name[0].isdigit()
     )
     assert len(jobs) == 2 and all("data.window=" in j and "optim.lr=" in j for j in jobs), jobs
+
+
+def test_a_resume_leaves_no_step_twice_in_tensorboard(compose_tiny, tmp_path):
+    import shutil
+    from collections import Counter
+
+    run = tmp_path / "run"
+
+    class KeepStep4(L.Callback):  # the checkpoint a kill after step 5 would leave
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 5:
+                shutil.copy(run / "checkpoints" / "last.ckpt", tmp_path / "step4.ckpt")
+
+    first = [
+        "trainer.max_steps=6",
+        "train.checkpoint_every_n_steps=4",
+        "trainer.val_check_interval=2",
+    ]
+    train(compose_tiny(*first), run_dir=run, callbacks=[KeepStep4()])
+    (run / "checkpoints" / "last.ckpt").unlink()
+    shutil.move(tmp_path / "step4.ckpt", run / "checkpoints" / "last.ckpt")
+    before = scalars(run, "train_by_tokens/loss")
+    train(
+        compose_tiny(
+            "trainer.max_steps=8",
+            "trainer.val_check_interval=2",
+            f"ckpt_path={run}/checkpoints/last.ckpt",
+        )
+    )
+    acc = EventAccumulator(str(run / "tb"), purge_orphaned_data=False)  # no reader-side purge
+    acc.Reload()
+    for tag in (
+        "train/loss",
+        "Loss/train",
+        "val/loss",
+        "train_by_tokens/loss",
+        "tokens/supervised",
+    ):
+        steps = [e.step for e in acc.Scalars(tag)]
+        assert max(Counter(steps).values()) == 1 and steps == sorted(steps), (tag, steps)
+    assert max(e.step for e in acc.Scalars("train/loss")) == 7
+    after = sorted(e.step for e in acc.Scalars("train_by_tokens/loss"))
+    assert sorted(before)[:4] == after[:4]  # the curve before the checkpoint is kept

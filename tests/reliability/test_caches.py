@@ -25,8 +25,10 @@ import pytest
 from helpers.corpus import write_tiny_corpus
 from packlm.data.config import DataConfig
 from packlm.data.store import token_store as store_module
+from packlm.data.store import verify as verify_module
 from packlm.data.store.cache import prepare_stores
-from packlm.data.store.token_store import StoreError, TokenStore, verify_checksums, verify_files
+from packlm.data.store.token_store import StoreError, TokenStore
+from packlm.data.store.verify import verify_checksums, verify_files
 from packlm.tokenizer.config import TokenizerConfig
 
 VOCAB = 300
@@ -200,17 +202,17 @@ def test_a_store_file_edited_in_place_is_detected_and_rebuilt(
 def test_large_files_are_checksummed_by_sampled_blocks(tmp_path, monkeypatch):
     """Above CHECKSUM_FULL_BYTES only 256 evenly spaced blocks are hashed (first and last
     included): an edit inside a sampled block is detected, one between blocks is not."""
-    monkeypatch.setattr(store_module, "CHECKSUM_FULL_BYTES", 1000)
-    monkeypatch.setattr(store_module, "CHECKSUM_BLOCKS", 4)
-    monkeypatch.setattr(store_module, "CHECKSUM_BLOCK_BYTES", 10)
+    monkeypatch.setattr(verify_module, "CHECKSUM_FULL_BYTES", 1000)
+    monkeypatch.setattr(verify_module, "CHECKSUM_BLOCKS", 4)
+    monkeypatch.setattr(verify_module, "CHECKSUM_BLOCK_BYTES", 10)
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(4000))
-    before = store_module.file_checksum(path)
+    before = verify_module.file_checksum(path)
     for offset, detected in [(0, True), (3999, True), (1331, True), (500, False)]:
         data = bytearray(4000)
         data[offset] = 1
         path.write_bytes(bytes(data))
-        assert (store_module.file_checksum(path) != before) == detected, offset
+        assert (verify_module.file_checksum(path) != before) == detected, offset
 
 
 def test_a_full_disk_during_the_store_build_leaves_nothing_and_says_so(

@@ -4,40 +4,153 @@ Builders write into a hidden temporary sibling and rename it into place; an excl
 lock per entry keeps two runs of a sweep from building the same entry twice (the second
 waits, then finds it built). The kernel drops the lock of a killed process, and the next
 holder removes what the killed build left behind.
+
+An flock is shared by every process that holds the open file, and a forked worker holds
+it too: a worker orphaned by a killed parent would keep the lock for ever. So a forked
+child closes every lock its parent holds at once (`os.register_at_fork`), and the lock
+file records its owner (pid, process start time, host): a waiter that finds the lock held
+although its owner is dead (a worker of an older version, say) breaks it, with a log line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import shutil
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+POLL_SECONDS = 0.2
+"""How often a waiter retries the lock and checks that its owner is alive."""
+_held: set[int] = set()  # fds of the locks this process holds; closed in forked children
+
+
+def _close_inherited_locks() -> None:
+    for fd in list(_held):
+        with contextlib.suppress(OSError):
+            os.close(fd)  # the parent's lock stays the parent's; the child never holds it
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_locks)
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of `pid` (clock ticks since boot, from /proc), None where unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_alive(owner: dict) -> bool | None:
+    """Is the process recorded in a lock file alive? None when it cannot be told (another host)."""
+    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return None
+    pid = owner["pid"]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    state, start = stat.rsplit(")", 1)[1].split()[0], process_start(pid)
+    if state in ("Z", "X"):  # killed, not yet reaped by its parent
+        return False
+    return owner.get("start") in (None, start)  # another start time: the pid was reused
+
+
+def _read_owner(path: Path) -> dict:
+    try:
+        owner = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _acquire(lock_path: Path, dest: Path) -> int:
+    """An fd holding the exclusive lock of `lock_path`, the owner record written into it."""
+    announced = False
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if _wait_for(fd, lock_path, dest, announced) and _same_file(fd, lock_path):
+            break
+        announced = True
+        os.close(fd)  # the lock file was broken or replaced: retry on the new one
+    record = {"pid": os.getpid(), "start": process_start(os.getpid()), "host": socket.gethostname()}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(record).encode(), 0)
+    return fd
+
+
+def _wait_for(fd: int, lock_path: Path, dest: Path, announced: bool) -> bool:
+    """Take the flock of `fd`: True once held, False when its file stopped being the lock file."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        owner = _read_owner(lock_path)
+        if owner_alive(owner) is False and _same_file(fd, lock_path):
+            log.warning(
+                "breaking the lock %s: its owner, process %s, is dead (the lock was kept by "
+                "a process that inherited it)",
+                lock_path,
+                owner.get("pid"),
+            )
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock_path)
+        if not _same_file(fd, lock_path):
+            return False
+        if not announced:
+            log.info(
+                "waiting for another process (pid %s) building %s", owner.get("pid", "?"), dest
+            )
+            announced = True
+        time.sleep(POLL_SECONDS)
+
 
 @contextlib.contextmanager
 def locked(dest: Path) -> Iterator[None]:
     """Hold the entry's lock (`.<name>.lock` next to it); clean up leftovers of killed builds."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with open(dest.parent / f".{dest.name}.lock", "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process building %s", dest)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            for pattern in (f".{dest.name}.tmp-*", f".{dest.name}.old-*"):
-                for leftover in dest.parent.glob(pattern):
-                    log.info("removing %s, left by an interrupted build", leftover)
-                    shutil.rmtree(leftover, ignore_errors=True)
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    fd = _acquire(dest.parent / f".{dest.name}.lock", dest)
+    _held.add(fd)
+    try:
+        for pattern in (f".{dest.name}.tmp-*", f".{dest.name}.old-*"):
+            for leftover in dest.parent.glob(pattern):
+                log.info("removing %s, left by an interrupted build", leftover)
+                shutil.rmtree(leftover, ignore_errors=True)
+        yield
+    finally:
+        _held.discard(fd)
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def temporary_sibling(dest: Path) -> Path:

@@ -6,7 +6,8 @@
   file in the system temp dir and *moves* it, which is a copy, not a rename, whenever /tmp is
   another filesystem.)
 - `LastCheckpoint` writes `<dir>/last.ckpt` after every `every_n_steps` optimizer steps and
-  at the end of training: a SIGKILL loses at most that many steps.
+  at the end of training: a SIGKILL loses at most that many steps. At a step that also
+  validates, the checkpoint is written after the validation, so a kill never loses a point.
 - `GracefulStop` turns SIGTERM and the first Ctrl-C (SIGINT) into: finish the optimizer step
   in flight, write `last.ckpt`, raise `TrainingStopped`. All ranks agree on the step to stop
   at. A second Ctrl-C interrupts at once (Lightning's KeyboardInterrupt path, no checkpoint).
@@ -52,7 +53,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
         try:
             with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
+                out = _RecordingWriter(f)
+                try:
+                    torch.save(checkpoint, out)
+                except RuntimeError:
+                    # torch turns the OSError of a failed write (ENOSPC) into a RuntimeError
+                    # ("unexpected pos ..."): surface the real one.
+                    if out.error is not None:
+                        raise out.error from None
+                    raise
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -67,8 +76,28 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 e.errno,
                 f"cannot write checkpoint {path}: {e.strerror or e}{hint}; "
                 f"the previous {path.name} (if any) is unchanged",
-            ) from e
+            ) from None
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         _fsync_dir(path.parent)
+
+
+class _RecordingWriter:
+    """A file for torch.save that keeps the OSError of a failed write (torch hides it)."""
+
+    def __init__(self, f: Any):
+        self.f, self.error = f, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
 
 
 def _is_local(path: _PATH) -> bool:
@@ -118,6 +147,7 @@ class LastCheckpoint(L.Callback):
         self.every_n_steps = every_n_steps
         self._step_seen: int | None = None  # global_step at the last on_train_batch_end
         self._step_saved: int | None = None
+        self._deferred: int | None = None  # a step whose save waits for its validation
 
     @property
     def path(self) -> Path:
@@ -136,7 +166,20 @@ class LastCheckpoint(L.Callback):
         self._step_seen = trainer.global_step
         periodic = bool(self.every_n_steps) and trainer.global_step % self.every_n_steps == 0
         final = trainer.should_stop or 0 < trainer.max_steps <= trainer.global_step
-        if periodic or final:
+        if self._deferred is not None or periodic or final:
+            self._deferred = None
+            if _validates_after_this_batch(trainer):
+                self._deferred = trainer.global_step  # saved once this step's validation ends
+            else:
+                self.save(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A checkpoint due at a validation step is written after the validation: a kill
+        # during it resumes from the previous checkpoint and validates this step again,
+        # where a checkpoint written before it would resume past the point (Lightning
+        # fast-forwards the validation due at a resumed on_train_batch_end checkpoint).
+        if self._deferred == trainer.global_step and not trainer.sanity_checking:
+            self._deferred = None
             self.save(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -151,6 +194,16 @@ class LastCheckpoint(L.Callback):
             return  # (the same decision on every rank: no file-system check here)
         trainer.save_checkpoint(self.path)
         self._step_saved = trainer.global_step
+
+
+def _validates_after_this_batch(trainer: L.Trainer) -> bool:
+    """Will Lightning run validation right after the current training batch? (Its own
+    decision, asked early; False where it cannot be asked.)"""
+    loop = trainer.fit_loop.epoch_loop
+    try:
+        return bool(loop._should_check_val_fx(trainer.fit_loop._data_fetcher))
+    except (AttributeError, TypeError, AssertionError):
+        return False
 
 
 class TrainingStopped(Exception):

@@ -16,27 +16,32 @@ from typing import Any
 import lightning as L
 from hydra.utils import get_class, instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from packlm.errors import ConfigError
+from packlm.run.event_purge import purge_after
 
 log = logging.getLogger(__name__)
 
 
 def build_loggers(
-    group: DictConfig | None, run_dir: Path, resume_step: int | None = None
+    group: DictConfig | None, run_dir: Path, resumed: tuple[int, int] | None = None
 ) -> list[Any]:
-    """The loggers of the `logger` group; TensorBoard purges what a killed run wrote past the
-    step it resumes from (`purge_step`), so no step appears twice."""
+    """The loggers of the `logger` group. On a resume from (step, supervised tokens), a
+    TensorBoard log dir first loses what the killed run logged past it (`purge_after`)."""
     loggers = []
     for name, node in _entries(group):
         kwargs: dict[str, Any] = {}
         cls = _target(f"logger.{name}", node)
         if "save_dir" in inspect.signature(cls).parameters and "save_dir" not in node:
             kwargs["save_dir"] = str(run_dir)
-        if resume_step and issubclass(cls, L.pytorch.loggers.TensorBoardLogger):
-            kwargs["purge_step"] = resume_step
-        loggers.append(_build(f"logger.{name}", node, kwargs))
+        logger = _build(f"logger.{name}", node, kwargs)
+        tensorboard = isinstance(logger, TensorBoardLogger) and Path(logger.log_dir).is_dir()
+        if resumed and tensorboard and rank_zero_only.rank == 0:  # before its writer opens
+            purge_after(Path(logger.log_dir), *resumed)
+        loggers.append(logger)
     return loggers
 
 

@@ -102,3 +102,45 @@ def test_histograms_serialize_and_integer_histograms_have_exact_moments():
     assert (h.num, h.sum, h.sum_squares, h.min, h.max) == (5, 6, 12, 0, 2)
     js = to_json(plan_statistics(plan_of(LENGTHS, config(window=8))))
     assert isinstance(js["histograms"]["document_length"]["counts"], list)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(packing="document", stride=2, tail="cover", random_offset=True, shuffle=True),
+        dict(packing="stream", stride=3, tail="pad", pack_size=30),
+        dict(packing="none", stride=1, tail="drop"),
+    ],
+)
+@pytest.mark.parametrize("chunk", [1, 2, 7, 64])
+def test_streamed_statistics_do_not_depend_on_the_chunk_size(monkeypatch, overrides, chunk):
+    """The sweep over chunks of samples gives exactly the statistics of a single chunk."""
+    from packlm.data.epoch import statistics
+
+    plan = plan_of(LENGTHS, config(window=8, **overrides), epoch=1)
+    whole = to_json(plan_statistics(plan, SOURCES, ["x", "y", "z"]))
+    monkeypatch.setattr(statistics, "CHUNK", chunk)
+    assert to_json(plan_statistics(plan, SOURCES, ["x", "y", "z"])) == whole
+
+
+def test_statistics_memory_grows_by_less_than_32_bytes_a_sample(monkeypatch):
+    """Peak memory beyond the plan grows by < 32 bytes per sample (stride = window / 8; the
+    growth between two corpus sizes, so the fixed per-chunk buffers cancel out). bench/plan.py
+    measures the absolute figure at 1e9 tokens."""
+    import tracemalloc
+
+    from packlm.data.epoch import statistics
+
+    monkeypatch.setattr(statistics, "CHUNK", 4096)
+    peaks, samples = [], []
+    for n_docs in (10_000, 40_000):
+        lengths = np.random.default_rng(1).integers(1, 200, size=n_docs)
+        plan = plan_of(lengths, config(window=64, stride=8, packing="document"), epoch=1)
+        tracemalloc.start()
+        plan_statistics(plan, lengths % 3, ["a", "b", "c"])
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        samples.append(plan.n_samples)
+    per_sample = (peaks[1] - peaks[0]) / (samples[1] - samples[0])
+    assert samples[0] > 100_000
+    assert 0 < per_sample < 32, per_sample

@@ -10,9 +10,9 @@ from packlm.data.store.token_store import (
     StoreWriter,
     TokenStore,
     token_dtype,
-    verify_files,
     write_store,
 )
+from packlm.data.store.verify import verify_files
 
 HEADER = {
     "eos_id": 0,
@@ -81,3 +81,71 @@ def test_truncated_or_missing_files_are_detected(tmp_path):
 
 def test_token_dtype_fits_the_vocab():
     assert token_dtype(2**16) == np.uint16 and token_dtype(2**16 + 1) == np.uint32
+
+
+def _edit_manifest(path, edit) -> None:
+    import json
+
+    manifest_path = path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    edit(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+
+
+def _store(tmp_path):
+    docs = [np.array([5, 6, 0]), np.array([7, 0]), np.array([8, 9, 10, 0])]
+    return write_store(tmp_path / "s", docs, vocab_size=11, eos_id=0, pad_id=1).path
+
+
+@pytest.mark.parametrize("delta", [+5, -2, -10])
+def test_an_edited_token_count_is_detected_by_the_manifest_checksum(tmp_path, delta):
+    path = _store(tmp_path)
+    _edit_manifest(path, lambda m: m["counts"].update(tokens=m["counts"]["tokens"] + delta))
+    with pytest.raises(StoreError, match=r"manifest\.json: edited since it was written"):
+        TokenStore.open(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda m: m["counts"].update(tokens=m["counts"]["tokens"] + 5),
+            "counts.tokens=14 does not match tokens.bin",
+        ),
+        (lambda m: m["counts"].update(tokens=m["counts"]["tokens"] - 10), "counts.tokens=-1"),
+        (
+            lambda m: m["counts"].update(documents=2),
+            "doc_offsets.npy: 3 documents, manifest says 2",
+        ),
+        (lambda m: m["counts"].pop("tokens"), "incomplete manifest"),
+    ],
+)
+def test_an_old_manifest_without_its_checksum_is_checked_against_the_files(tmp_path, edit, message):
+    """A manifest without a checksum of its own (written before it existed, or whose
+    checksum an editor removed): its counts must agree with the files' sizes and offsets."""
+    path = _store(tmp_path)
+    _edit_manifest(path, lambda m: (m.pop("manifest_checksum"), edit(m)))
+    with pytest.raises(StoreError, match=message):
+        TokenStore.open(path)
+
+
+def test_offsets_that_disagree_with_the_token_count_are_detected(tmp_path):
+    """Both the recorded sizes and counts.tokens edited consistently: the offsets still say no."""
+    path = _store(tmp_path)
+
+    def edit(m):
+        m.pop("manifest_checksum")
+        m["counts"]["tokens"] -= 1
+        m["files"]["tokens.bin"] -= 2
+        m.pop("checksums")
+
+    _edit_manifest(path, edit)
+    with open(path / "tokens.bin", "r+b") as f:
+        f.truncate(f.seek(0, 2) - 2)
+    with pytest.raises(StoreError, match="doc_offsets.npy: ends at token 9, manifest says 8"):
+        TokenStore.open(path)
+
+
+def test_an_untouched_store_with_its_manifest_checksum_opens(tmp_path):
+    store = TokenStore.open(_store(tmp_path))
+    assert store.n_tokens == 9 and "manifest_checksum" in store.manifest

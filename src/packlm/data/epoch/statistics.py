@@ -2,8 +2,9 @@
 
 Token-level quantities come from sweeps over window boundaries, not per-token arrays:
 "how many windows target stream position x" is a step function that changes only at
-window edges, so sorting the 2·S edges gives its histogram, its value at any point and
-its integral over any document (hence per-source counts) in O(S log S + documents).
+window edges; in plan order the edges are already sorted, so one sweep over chunks of
+samples gives its histogram, its value at any point and its integral over any document
+(hence per-source counts) in memory per document, not per sample (`Coverage`).
 Multiplicities count positions of the epoch stream: with mixing weights a document copy
 is a separate position.
 """
@@ -32,19 +33,19 @@ class Histogram:
 
     @classmethod
     def of_values(cls, values: np.ndarray, bins: int = 32) -> Histogram:
-        values = np.asarray(values, dtype=np.float64)
+        """Of any numeric array, converted to float64 a chunk at a time (no full copy)."""
+        values = np.asarray(values).reshape(-1)
         if values.size == 0:
             return cls(np.zeros(2), np.zeros(1, np.int64), 0.0, 0.0, 0, 0.0, 0.0)
-        counts, edges = np.histogram(values, bins=bins)
-        return cls(
-            edges,
-            counts.astype(np.int64),
-            float(values.min()),
-            float(values.max()),
-            int(values.size),
-            float(values.sum()),
-            float(np.square(values).sum()),
-        )
+        lo, hi = float(values.min()), float(values.max())
+        counts, edges, total, squares = np.zeros(bins, np.int64), None, 0.0, 0.0
+        for a in range(0, values.size, CHUNK):
+            part = values[a : a + CHUNK].astype(np.float64)
+            c, edges = np.histogram(part, bins=bins, range=(lo, hi))
+            counts += c
+            total += float(part.sum())
+            squares += float(np.square(part).sum())
+        return cls(edges, counts, lo, hi, int(values.size), total, squares)
 
     @classmethod
     def of_integers(cls, counts: np.ndarray) -> Histogram:
@@ -74,37 +75,99 @@ class Histogram:
         }
 
 
-class StepFunction:
-    """c(x) = #intervals [start, end) holding x, from sorted interval edges."""
+class Coverage:
+    """c(x) = #intervals [start, end) holding x, swept left to right over chunks of intervals.
 
-    def __init__(self, starts: np.ndarray, ends: np.ndarray, total: int):
-        pos = np.concatenate([starts, ends, [0, total]]).astype(np.int64)
-        delta = np.concatenate([np.ones(len(starts)), -np.ones(len(ends)), [0, 0]]).astype(np.int64)
-        order = np.argsort(pos, kind="stable")
-        self.pos = pos[order]  # [m]
-        self.level = np.cumsum(delta[order])  # [m]: value on [pos[k], pos[k+1])
-        widths = np.diff(self.pos)  # [m-1]
-        # [m]: integral up to pos[k]; then how many positions have each value
-        self.area = np.concatenate([[0], np.cumsum(self.level[:-1] * widths)])
-        self.counts = np.bincount(self.level[:-1], weights=widths).astype(np.int64)
+    Intervals arrive in plan order, where both starts and ends are non-decreasing, so once a
+    chunk is in, no later edge lies before its last start: everything up to there is final.
+    The sweep keeps only the edges past that point (about window/stride of them) and sums:
+    `counts` (positions per value of c); at the sorted `at_points`: `at_sum`, `at_counts`
+    (points per value of c) and `at_by_label` (c summed per label of the point); and
+    `area_by_label`: the integral of c between consecutive `bounds`, summed per label of the
+    interval (per-document integrals summed per source). No output grows with the samples.
+    """
 
-    def at(self, x: np.ndarray) -> np.ndarray:
-        k = np.searchsorted(self.pos, x, side="right") - 1
-        return self.level[k]
+    def __init__(self, total, at_points, at_labels=None, bounds=None, labels=None, n_labels=0):
+        self.total = int(total)
+        self.counts = np.zeros(1, dtype=np.float64)  # exact: integers < 2**53
+        self.at_counts = np.zeros(1, dtype=np.float64)
+        self.at_sum = 0
+        self.at_by_label = np.zeros(n_labels)
+        self.area_by_label = np.zeros(n_labels)
+        self._at, self._at_labels = at_points, at_labels
+        self._bounds = np.zeros(0, np.int64) if bounds is None else bounds
+        self._labels = labels
+        self._done = [0, 0]  # points of _at / _bounds answered so far
+        self._last_area = 0  # the integral at the last bound answered
+        self._pos = np.zeros(0, np.int64)  # edges not swept yet
+        self._delta = np.zeros(0, np.int64)
+        self._x, self._level, self._area = 0, 0, 0  # swept [0, x): c(x-), integral
 
-    def integral(self, x: np.ndarray) -> np.ndarray:
-        """Integral of c over [0, x)."""
-        k = np.searchsorted(self.pos, x, side="right") - 1
-        return self.area[k] + self.level[k] * (x - self.pos[k])
+    def add(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        if len(starts):
+            self._sweep(starts, ends, int(starts[-1]))
+
+    def finish(self) -> Coverage:
+        self._sweep(np.zeros(0, np.int64), np.zeros(0, np.int64), self.total + 1)
+        self.counts, self.at_counts = self.counts.astype(np.int64), self.at_counts.astype(np.int64)
+        self._at = self._at_labels = self._bounds = self._labels = None  # free them
+        return self
+
+    def _sweep(self, starts: np.ndarray, ends: np.ndarray, upto: int) -> None:
+        pos = np.concatenate([self._pos, starts, ends])
+        ones = np.ones(len(starts), np.int64)
+        delta = np.concatenate([self._delta, ones, -np.ones(len(ends), np.int64)])
+        now = pos < upto
+        self._pos, self._delta = pos[~now], delta[~now]
+        order = np.argsort(pos[now], kind="stable")
+        edge = np.concatenate(
+            [[self._x], pos[now][order]]
+        )  # [m]: segment k is [edge[k], edge[k+1])
+        level = self._level + np.concatenate([[0], np.cumsum(delta[now][order])])  # [m]
+        width = np.diff(np.concatenate([edge, [upto]]))  # [m]
+        inside = np.minimum(edge + width, self.total) - np.minimum(edge, self.total)  # [m]
+        self.counts = _add_bins(self.counts, np.bincount(level, weights=inside))
+        area = self._area + np.concatenate([[0], np.cumsum(level * width)])  # [m+1]
+        lo, hi = self._done[0], int(np.searchsorted(self._at, upto))
+        if hi > lo:
+            c = level[np.searchsorted(edge, self._at[lo:hi], side="right") - 1]  # [q]
+            self.at_sum += int(c.sum())
+            self.at_counts = _add_bins(self.at_counts, np.bincount(c).astype(np.float64))
+            if self._at_labels is not None:
+                self.at_by_label += np.bincount(
+                    self._at_labels[lo:hi], weights=c, minlength=len(self.at_by_label)
+                )
+        self._done[0] = hi
+        lo, hi = self._done[1], int(np.searchsorted(self._bounds, upto))
+        if hi > lo:
+            x = self._bounds[lo:hi]
+            k = np.searchsorted(edge, x, side="right") - 1
+            value = area[k] + level[k] * (x - edge[k])  # [q]: the integral at each bound
+            if self._labels is not None:
+                diffs = np.diff(value, prepend=self._last_area)[int(lo == 0) :]  # per interval
+                self.area_by_label += np.bincount(
+                    self._labels[max(lo - 1, 0) : hi - 1],
+                    weights=diffs,
+                    minlength=len(self.area_by_label),
+                )
+            self._last_area = int(value[-1])
+        self._done[1] = hi
+        self._x, self._level, self._area = upto, int(level[-1]), int(area[-1])
 
 
-CHUNK = 1 << 16  # ids per call: plan.windows/layout build [n, 31] int64 temporaries
+def _add_bins(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b for histograms of different lengths (the missing bins are 0)."""
+    if len(b) > len(a):
+        a, b = b, a
+    a[: len(b)] += b
+    return a
 
 
-def _chunked(fn, n: int) -> tuple[np.ndarray, ...]:
-    """fn(ids) over ids 0..n-1 in chunks, outputs concatenated: memory O(n), not O(31 n)."""
-    parts = [fn(np.arange(a, min(a + CHUNK, n))) for a in range(0, n, CHUNK)] or [fn(np.arange(0))]
-    return tuple(np.concatenate(column) for column in zip(*parts, strict=True))
+CHUNK = 1 << 16  # samples per call: plan.windows builds [n, 31] int64 temporaries
+
+
+def _distance_dtype(longest: int) -> np.dtype:
+    return np.dtype(np.uint16 if longest < 2**16 else np.uint32 if longest < 2**32 else np.int64)
 
 
 def plan_statistics(
@@ -113,36 +176,63 @@ def plan_statistics(
     source_names: list[str] | None = None,
 ) -> dict[str, Any]:
     """Every statistic of one epoch's plan as plain numbers, plus Histogram objects under
-    "histograms" (use `to_json` for a printable dict)."""
-    t = plan.window
-    n_tok = plan.n_tokens
-    lengths = plan.doc_lengths[plan.order]  # [n_ord] epoch document lengths
-    doc_start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # [n_ord+1]
-    _, g, r = _chunked(plan.windows, plan.n_samples)  # [S] each
-    nonpad = np.minimum(r, t)
+    "histograms" (use `to_json` for a printable dict).
 
-    targets = StepFunction(g + 1, g + r, n_tok)  # windows targeting each stream position
-    inputs = StepFunction(g, g + nonpad, n_tok)  # windows reading each position as input
-    counts = targets.counts.copy()
-    masked_starts = np.zeros(0, dtype=np.int64)
-    if plan.packing != "stream":  # the first token of a document is never a target
-        masked_starts = np.unique(doc_start[:-1][lengths > 0])
-        counts[0] += len(masked_starts)
-        np.subtract.at(counts, targets.at(masked_starts), 1)
+    Samples are streamed in chunks of CHUNK in plan order: beyond the plan, memory is a few
+    arrays per document plus the distance of each window start to its document (2-4 bytes
+    a sample), never a full array per sample."""
+    t, n_tok, n = plan.window, plan.n_tokens, plan.n_samples
+    lengths = plan.doc_lengths[plan.order]  # [n_ord] epoch document lengths
+    doc_start = np.zeros(len(lengths) + 1, dtype=np.int64)  # [n_ord+1]
+    np.cumsum(lengths, out=doc_start[1:])
+    src = None if doc_sources is None else np.asarray(doc_sources)[plan.order]  # [n_ord]
+    n_src = max(len(source_names or []), int(src.max()) + 1 if src is not None and len(src) else 0)
+    # the first token of a document is never a target (a view when no document is empty)
+    nonempty = None if lengths.all() else np.flatnonzero(lengths)
+    masked_starts, masked_src = doc_start[:-1], src
+    if nonempty is not None:
+        masked_starts = masked_starts[nonempty]
+        masked_src = None if src is None else src[nonempty]
+    if plan.packing == "stream":
+        masked_starts, masked_src = masked_starts[:0], None if src is None else src[:0]
+    bounds = None if src is None else doc_start
+    # windows targeting each stream position, and windows reading it as input
+    targets = Coverage(n_tok, masked_starts, masked_src, bounds, src, n_src)
+    inputs = Coverage(n_tok, masked_starts[:0], None, bounds, src, n_src)
+    samples_src = np.zeros(n_src, dtype=np.int64)
+    distance = np.zeros(n, dtype=_distance_dtype(int(lengths.max(initial=0))))  # [S]
+    sums = np.zeros(3, dtype=np.int64)  # target occurrences, non-pad tokens, padded samples
+    for a in range(0, n, CHUNK):
+        _, g, r = plan.windows(np.arange(a, min(a + CHUNK, n)))  # [c] each
+        nonpad = np.minimum(r, t)
+        targets.add(g + 1, g + r)
+        inputs.add(g, g + nonpad)
+        sums += ((r - 1).sum(), nonpad.sum(), (r < t + 1).sum())
+        first_doc = np.searchsorted(doc_start, g, side="right") - 1  # [c]
+        distance[a : a + len(g)] = g - doc_start[first_doc]
+        if src is not None:
+            samples_src += np.bincount(src[first_doc], minlength=n_src)
+    targets.finish(), inputs.finish()
+    counts = targets.counts  # positions per number of windows targeting them
+    n_masked = len(masked_starts)
+    del doc_start, masked_starts, masked_src  # per-document arrays no longer needed
+    tokens_src = None if src is None else np.bincount(src, weights=lengths, minlength=n_src)
+    if n_masked:  # ... a masked document start is targeted by none
+        counts[0] += n_masked
+        counts[: len(targets.at_counts)] -= targets.at_counts
     counts = counts[: max(1, len(np.trim_zeros(counts, "b")))]
-    target_occurrences = int((r - 1).sum())
-    masked = int(targets.at(masked_starts).sum())
-    supervised = target_occurrences - masked
+    target_occurrences, nonpad_tokens, padded = (int(v) for v in sums)
+    supervised = target_occurrences - targets.at_sum
     targeted = int(counts[1:].sum())  # positions targeted at least once
 
     # windows per sequence and the stride gaps (stride > window leaves tokens no window targets)
-    _, seq_len, _, full = _chunked(plan.layout, plan.n_sequences)
     per_sequence = np.diff(plan.window_cum)
-    gap_tokens = int((np.maximum(full - 1, 0) * max(0, plan.stride - t)).sum())
-
-    # where windows start relative to their document's start
-    first_doc = np.searchsorted(doc_start, g, side="right") - 1
-    distance = g - doc_start[first_doc] if len(g) else np.zeros(0, np.int64)
+    full_windows, short, gap_tokens = 0, 0, 0
+    for a in range(0, plan.n_sequences, CHUNK):
+        _, seq_len, _, full = plan.layout(np.arange(a, min(a + CHUNK, plan.n_sequences)))
+        full_windows += int(full.sum())
+        short += int(((seq_len < t + 1) & (seq_len > 0)).sum())
+        gap_tokens += int((np.maximum(full - 1, 0) * max(0, plan.stride - t)).sum())
 
     stats: dict[str, Any] = {
         "epoch": plan.epoch,
@@ -153,23 +243,21 @@ def plan_statistics(
         "documents": plan.n_documents,
         "stream_tokens": n_tok,
         "sequences": plan.n_sequences,
-        "samples": plan.n_samples,
+        "samples": n,
         "windows_per_sequence": float(per_sequence.mean()) if len(per_sequence) else 0.0,
-        "full_windows": int(full.sum()),
-        "tail_windows": int(
-            plan.n_samples - full.sum() - ((seq_len < t + 1) & (seq_len > 0)).sum()
-        ),
-        "padded_samples": int((r < t + 1).sum()),
-        "input_tokens": plan.n_samples * t,
-        "nonpad_tokens": int(nonpad.sum()),
+        "full_windows": full_windows,
+        "tail_windows": n - full_windows - short,
+        "padded_samples": padded,
+        "input_tokens": n * t,
+        "nonpad_tokens": nonpad_tokens,
         "supervised_tokens": supervised,
-        "fill_ratio": _ratio(int(nonpad.sum()), plan.n_samples * t),
-        "supervised_ratio": _ratio(supervised, plan.n_samples * t),
+        "fill_ratio": _ratio(nonpad_tokens, n * t),
+        "supervised_ratio": _ratio(supervised, n * t),
         "target_multiplicity_mean": _ratio(supervised, n_tok),
         "never_target_fraction": _ratio(int(counts[0]), n_tok),
         "overlap_ratio": _ratio(supervised - targeted, supervised),
         "stride_gap_tokens": gap_tokens,
-        "window_start_at_document_start": _ratio(int((distance == 0).sum()), len(distance)),
+        "window_start_at_document_start": _ratio(int((distance == 0).sum()), n),
         "histograms": {
             "target_multiplicity": Histogram.of_integers(counts),
             "windows_per_sequence": Histogram.of_values(per_sequence),
@@ -179,22 +267,15 @@ def plan_statistics(
     }
     if doc_sources is not None:
         stats["sources"] = _per_source(
-            plan, doc_sources, source_names, first_doc, doc_start, inputs, targets, masked_starts
+            plan, source_names, n_src, samples_src, tokens_src, inputs, targets
         )
     return stats
 
 
-def _per_source(plan, doc_sources, names, first_doc, doc_start, inputs, targets, masked_starts):
+def _per_source(plan, names, n, samples, tokens, inputs, targets):
     """Samples (by the source of their first token), input and supervised tokens per source."""
-    src = np.asarray(doc_sources)[plan.order]  # [n_ord] source of each epoch document
-    n = max(len(names or []), int(src.max()) + 1 if len(src) else 0)
-    samples = np.bincount(src[first_doc], minlength=n)
-    nonpad = np.bincount(src, weights=np.diff(inputs.integral(doc_start)), minlength=n)
-    target = np.bincount(src, weights=np.diff(targets.integral(doc_start)), minlength=n)
-    if len(masked_starts):
-        owner = np.searchsorted(doc_start, masked_starts, side="right") - 1
-        target -= np.bincount(src[owner], weights=targets.at(masked_starts), minlength=n)
-    tokens = np.bincount(src, weights=plan.doc_lengths[plan.order], minlength=n)
+    nonpad = inputs.area_by_label
+    target = targets.area_by_label - targets.at_by_label
     names = list(names or []) + [str(i) for i in range(len(names or []), n)]
     return {
         names[i]: {

@@ -14,6 +14,7 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass, field
+from errno import ENOSPC
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +73,16 @@ def build_stores(
     """
     dest = Path(dest)
     tmp = temporary_sibling(dest)
+    spill = temporary_sibling(dest)  # the encoder's results in flight
     vocab_size = tokenizer.vocab_size
     start = time.perf_counter()
     try:
         with (
             StoreWriter(tmp / "train", vocab_size) as train_writer,
             StoreWriter(tmp / "val", vocab_size) as val_writer,
-            OrderedEncoder(tokenizer, header.eos_id, token_dtype(vocab_size), workers) as encoder,
+            OrderedEncoder(
+                tokenizer, header.eos_id, token_dtype(vocab_size), workers, spill
+            ) as encoder,
             tqdm(
                 total=corpus.total_bytes,
                 unit="B",
@@ -93,10 +97,16 @@ def build_stores(
             for split in SPLITS:
                 state[split].writer.finish(_manifest(corpus, header, split, state[split]))
         replace_dir(tmp, dest)
+    except ChildProcessError:  # a dead encoding worker (WorkerDied): its own message
+        raise
     except OSError as e:  # reading errors are SourceErrors: this is a write (disk full, ...)
-        raise OSError(e.errno, f"cannot write the token store {dest}: {e.strerror or e}") from e
+        hint = " (disk full: free space or set cache_dir elsewhere)" if e.errno == ENOSPC else ""
+        raise OSError(
+            e.errno, f"cannot write the token store {dest}: {e.strerror or e}{hint}"
+        ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(spill, ignore_errors=True)
     train, val = TokenStore.open(dest / "train"), TokenStore.open(dest / "val")
     seconds = time.perf_counter() - start
     text_bytes = state["train"].nbytes + state["val"].nbytes

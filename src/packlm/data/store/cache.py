@@ -20,7 +20,8 @@ from packlm.data.config import DataConfig
 from packlm.data.store.build import StoreHeader, build_stores
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.encode import available_cores
-from packlm.data.store.token_store import MANIFEST_FILE, StoreError, TokenStore, verify_checksums
+from packlm.data.store.token_store import MANIFEST_FILE, StoreError, TokenStore
+from packlm.data.store.verify import verify_checksums
 from packlm.errors import ConfigError
 from packlm.tokenizer.cache import get_tokenizer
 from packlm.tokenizer.config import TokenizerConfig

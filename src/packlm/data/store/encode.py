@@ -4,17 +4,37 @@
 corpus), so chunks are submitted one by one and the oldest is collected once
 `max_in_flight` are pending: memory stays at a few chunks whatever the corpus size.
 The tokenizer is sent once per worker (the pool initializer), never per chunk.
+
+Workers die with their parent (`die_with_parent`) and ignore Ctrl-C (the parent handles
+it and stops them). A `ProcessPoolExecutor` is used, not `multiprocessing.Pool`: a Pool
+replaces a worker killed mid-task (the OOM killer) and waits for its result for ever;
+the executor fails every pending result, and `WorkerDied` names the phase and the signal.
+A worker writes its ids to a file in `spill_dir` and sends back only the file name: a
+worker killed while sending a large result through the pipe would leave half a message
+there, on which the executor's reader thread blocks for ever; a short message is written
+atomically (pipe writes up to 4 KiB are).
 """
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
+import shutil
+import signal
+import tempfile
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from packlm.tokenizer.training.counting import WorkerDied, death_message, die_with_parent
+
+PHASE = "encoding the token store"
 
 _tokenizer: Any = None
 _eos_id = 0
@@ -29,8 +49,11 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _init(tokenizer: Any, eos_id: int, dtype: str) -> None:
+def _init(tokenizer: Any, eos_id: int, dtype: str, parent: int | None = None) -> None:
     global _tokenizer, _eos_id, _dtype
+    if parent is not None:  # a worker process
+        die_with_parent(parent)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     _tokenizer, _eos_id, _dtype = tokenizer, eos_id, np.dtype(dtype)
 
 
@@ -52,21 +75,54 @@ def encode_texts(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     ), lengths  # 2x faster than np.array(list)
 
 
+def encode_to_file(texts: list[str], path: str) -> str:
+    """In a worker: `encode_texts` into the file `path` (lengths, then ids); returns `path`."""
+    ids, lengths = encode_texts(texts)
+    with open(path, "wb") as f:
+        np.save(f, lengths)
+        np.save(f, ids)
+    return path
+
+
+def _read_result(path: str) -> tuple[np.ndarray, np.ndarray]:
+    with open(path, "rb") as f:
+        lengths = np.load(f)
+        ids = np.load(f)
+    os.unlink(path)
+    return ids, lengths
+
+
 class OrderedEncoder:
     """`submit(texts, tag)` returns the results now complete, oldest first, as (tag, ids, lengths).
 
     With `workers=0` everything runs in this process (small corpora, where starting
-    processes costs more than it saves).
+    processes costs more than it saves). `spill_dir` (created, and removed by `close`)
+    holds the results in flight; a killed build's is removed with its temporary entry.
     """
 
-    def __init__(self, tokenizer: Any, eos_id: int, dtype: np.dtype, workers: int):
+    def __init__(
+        self,
+        tokenizer: Any,
+        eos_id: int,
+        dtype: np.dtype,
+        workers: int,
+        spill_dir: str | os.PathLike | None = None,
+    ):
         self.workers = workers
+        self._spill: Path | None = None
+        self._names = itertools.count()
         self._pending: deque[tuple[Any, Any]] = deque()
         self._max_in_flight = 2 * workers + 1
         args = (tokenizer, eos_id, np.dtype(dtype).name)
+        self._procs: dict[int, Any] = {}  # every worker started, to name the one that died
         if workers > 0:
-            self._pool = multiprocessing.get_context().Pool(
-                workers, initializer=_init, initargs=args
+            self._spill = Path(spill_dir or tempfile.mkdtemp(prefix="packlm-encode-"))
+            self._spill.mkdir(parents=True, exist_ok=True)
+            self._pool = ProcessPoolExecutor(
+                workers,
+                mp_context=multiprocessing.get_context(),
+                initializer=_init,
+                initargs=(*args, os.getpid()),
             )
         else:
             self._pool = None
@@ -76,26 +132,50 @@ class OrderedEncoder:
         if self._pool is None:
             yield (tag, *encode_texts(texts))
             return
-        self._pending.append((tag, self._pool.apply_async(encode_texts, (texts,))))
+        try:
+            path = str(self._spill / f"{next(self._names)}.npy")
+            future = self._pool.submit(encode_to_file, texts, path)
+        except BrokenProcessPool:
+            raise self._died() from None
+        self._procs.update(self._pool._processes or {})
+        self._pending.append((tag, future))
         while len(self._pending) >= self._max_in_flight or (
-            self._pending and self._pending[0][1].ready()
+            self._pending and self._pending[0][1].done()
         ):
-            tag, result = self._pending.popleft()
-            yield (tag, *result.get())
+            yield self._collect()
 
     def drain(self) -> Iterator[tuple[Any, np.ndarray, np.ndarray]]:
         while self._pending:
-            tag, result = self._pending.popleft()
-            yield (tag, *result.get())
+            yield self._collect()
+
+    def _collect(self) -> tuple[Any, np.ndarray, np.ndarray]:
+        tag, future = self._pending.popleft()
+        try:
+            return (tag, *_read_result(future.result()))
+        except BrokenProcessPool:
+            raise self._died() from None
+
+    def _died(self) -> WorkerDied:
+        """The worker that ended first: a killed one rather than one the pool then stopped."""
+        for p in self._procs.values():
+            p.join(timeout=1.0)
+        ended = [p for p in self._procs.values() if p.exitcode not in (None, 0)]
+        ended.sort(key=lambda p: p.exitcode == -signal.SIGTERM)
+        victim = ended[0] if ended else None
+        return WorkerDied(
+            death_message(PHASE, victim and victim.pid, victim and victim.exitcode)
+            + "; the partial store is removed, the next run rebuilds it"
+        )
 
     def close(self, ok: bool = True) -> None:
         if self._pool is not None:
-            if ok:
-                self._pool.close()
-            else:
-                self._pool.terminate()
-            self._pool.join()
+            if not ok:  # a failed build: stop the tasks in flight rather than wait for them
+                for p in self._procs.values():
+                    if p.is_alive():
+                        p.kill()
+            self._pool.shutdown(wait=True, cancel_futures=not ok)
             self._pool = None
+            shutil.rmtree(self._spill, ignore_errors=True)
 
     def __enter__(self) -> OrderedEncoder:
         return self

@@ -7,15 +7,17 @@ Layout of a store directory (one per split):
     doc_offsets.npy   int64 [n_docs + 1]; document d is tokens[offsets[d]:offsets[d+1]]
     doc_sources.npy   int32 [n_docs]; index into manifest["sources"] (for mixing weights)
     doc_ids.txt       one stable id per line ("source:path[:record]"), for tracing samples
-    manifest.json     format version, fingerprint, counts, file sizes, file checksums
+    manifest.json     format version, fingerprint, counts, file sizes, file checksums, and
+                      the checksum of the manifest itself
 
 Opening is O(1) in the store size (memmaps); a store is written into a temporary directory
-and renamed into place only when complete, so a reader never sees a partial one.
+and renamed into place only when complete, so a reader never sees a partial one. Opening
+checks the manifest itself (its checksum, and its counts against the files' sizes and the
+offsets), so an edited manifest is a StoreError, which the cache turns into a rebuild.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -33,10 +35,6 @@ SOURCES_FILE = "doc_sources.npy"
 IDS_FILE = "doc_ids.txt"
 MANIFEST_FILE = "manifest.json"
 DATA_FILES = (TOKENS_FILE, OFFSETS_FILE, SOURCES_FILE, IDS_FILE)
-CHECKSUM_FULL_BYTES = 16 << 20
-"""Files up to this size are hashed whole; larger ones by CHECKSUM_BLOCKS evenly spaced blocks."""
-CHECKSUM_BLOCKS = 256
-CHECKSUM_BLOCK_BYTES = 64 << 10
 
 
 class StoreError(RuntimeError):
@@ -81,10 +79,23 @@ class TokenStore:
                 f"{manifest_path}: format_version {manifest.get('format_version')!r}, "
                 f"expected {FORMAT_VERSION}"
             )
-        problem = verify_files(path, manifest)
+        from packlm.data.store.verify import (  # verify reads this module's file layout
+            verify_checksums,
+            verify_files,
+            verify_manifest,
+            verify_offsets,
+        )
+
+        problem = verify_manifest(path, manifest) or verify_files(path, manifest)
         if problem:
             raise StoreError(problem)
-        return cls(path, manifest)
+        store = cls(path, manifest)
+        problem = verify_offsets(path, manifest, store)
+        if problem:  # say the file changed when its checksum says so: the precise cause
+            raise StoreError(
+                verify_checksums(path, manifest, (OFFSETS_FILE, SOURCES_FILE)) or problem
+            )
+        return store
 
     @property
     def n_docs(self) -> int:
@@ -120,48 +131,6 @@ class TokenStore:
         if self._doc_ids is None:
             self._doc_ids = (self.path / IDS_FILE).read_text(encoding="utf-8").split("\n")[:-1]
         return self._doc_ids[d]
-
-
-def verify_files(path: Path, manifest: dict[str, Any]) -> str | None:
-    """Compare the files' sizes with the manifest; return what is wrong, or None."""
-    for name, size in manifest.get("files", {}).items():
-        file = path / name
-        if not file.is_file():
-            return f"{file}: missing"
-        actual = file.stat().st_size
-        if actual != size:
-            return f"{file}: {actual} bytes, manifest says {size} (truncated or edited)"
-    return None
-
-
-def file_checksum(path: Path) -> str:
-    """blake2b of a file: all of it up to CHECKSUM_FULL_BYTES, else its size plus 256 blocks of
-    64 KiB at evenly spaced offsets (first and last included): at most 16 MiB read per file."""
-    size = path.stat().st_size
-    h = hashlib.blake2b(str(size).encode(), digest_size=16)
-    with open(path, "rb") as f:
-        if size <= CHECKSUM_FULL_BYTES:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-        else:
-            last = size - CHECKSUM_BLOCK_BYTES
-            for k in range(CHECKSUM_BLOCKS):
-                f.seek(last * k // (CHECKSUM_BLOCKS - 1))
-                h.update(f.read(CHECKSUM_BLOCK_BYTES))
-    return h.hexdigest()
-
-
-def verify_checksums(path: Path, manifest: dict[str, Any]) -> str | None:
-    """Compare the files' checksums with the manifest (reads up to 16 MiB a file); return what
-    is wrong, or None. Manifests written before checksums existed pass."""
-    problem = verify_files(path, manifest)
-    if problem:
-        return problem
-    for name, expected in manifest.get("checksums", {}).items():
-        actual = file_checksum(path / name)
-        if actual != expected:
-            return f"{path / name}: content changed since it was written (checksum {actual}, manifest says {expected})"
-    return None
 
 
 class StoreWriter:
@@ -235,7 +204,10 @@ class StoreWriter:
         counts["tokens"] = self._n_tokens
         manifest["counts"] = counts
         manifest["files"] = {name: (self.tmp / name).stat().st_size for name in DATA_FILES}
+        from packlm.data.store.verify import file_checksum, manifest_checksum
+
         manifest["checksums"] = {name: file_checksum(self.tmp / name) for name in DATA_FILES}
+        manifest["manifest_checksum"] = manifest_checksum(manifest)
         tmp_manifest = self.tmp / MANIFEST_FILE
         tmp_manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
         replace_dir(self.tmp, self.path)

@@ -5,14 +5,22 @@ a file is read in blocks, decoded with byte offsets for errors, and cut into pie
 places where the cut does not change pre-tokenization (see `stream_cut`); documents
 from an iterator are batched. Worker processes each keep one Counter and return it
 once at the end, so the parent merges only a handful of tables.
+
+A worker dies with its parent however the parent ends (`die_with_parent`), and a worker
+that dies (the OOM killer, a kill) is an error naming the phase and the signal within a
+second, never a hang.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import queue
+import signal
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
@@ -94,7 +102,50 @@ def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
         yield batch
 
 
-def _worker(pattern: str, special_tokens: list[str], tasks, results) -> None:
+PHASE = "pre-tokenizing (tokenizer training)"
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """In a worker: be killed as soon as `parent` is gone, even by SIGKILL.
+
+    Linux: the kernel sends SIGKILL when the parent exits (prctl PR_SET_PDEATHSIG); elsewhere
+    a daemon thread polls the parent id. Either way a parent already gone means exit now.
+    """
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: poll
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if os.getppid() != parent:  # died before prctl took effect
+        os._exit(1)
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+def death_message(phase: str, pid: int | None, exitcode: int | None) -> str:
+    """'pre-tokenizing …: worker process 123 was killed by SIGKILL' (or 'exited with status 3')."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"was killed by signal {-exitcode}"
+    else:
+        how = f"exited with status {exitcode}"
+    hint = " (out of memory? try fewer workers)" if exitcode == -signal.SIGKILL else ""
+    return f"{phase}: worker process {pid} {how}{hint}"
+
+
+class WorkerDied(ChildProcessError):
+    """A worker process ended before its work was done (an OSError: CLIs print it as one line)."""
+
+
+def _worker(pattern: str, special_tokens: list[str], tasks, results, parent: int) -> None:
+    die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     try:
         compiled, specials = regex.compile(pattern), special_regex(special_tokens)
         counts: Counter[str] = Counter()
@@ -130,10 +181,13 @@ def _check_alive(procs, results, finished_ok: bool) -> None:
             error = None
         if isinstance(error, BaseException):
             raise error
-        raise RuntimeError(f"pre-tokenizer worker ended early (exit code {p.exitcode})")
+        raise WorkerDied(death_message(PHASE, p.pid, p.exitcode))
 
 
 def _put(tasks, item, procs, results) -> None:
+    _check_alive(
+        procs, results, finished_ok=False
+    )  # a dead worker is noticed at once, not at the end
     while True:
         try:
             return tasks.put(item, timeout=0.5)
@@ -176,7 +230,9 @@ def count_parallel(
     ctx = _context()
     tasks, results = ctx.Queue(maxsize=2 * num_workers), ctx.Queue()
     procs = [
-        ctx.Process(target=_worker, args=(pattern, special_tokens, tasks, results), daemon=True)
+        ctx.Process(
+            target=_worker, args=(pattern, special_tokens, tasks, results, os.getpid()), daemon=True
+        )
         for _ in range(num_workers)
     ]
     for p in procs:
@@ -192,9 +248,11 @@ def count_parallel(
         parts = sorted((_get(results, procs) for _ in procs), key=len, reverse=True)
         finished = True
     finally:
+        if not finished:  # tasks still queued for workers now gone: exit must not wait to send them
+            tasks.cancel_join_thread()
         for p in procs:
             if not finished:
-                p.terminate()
+                p.kill()
             p.join()
     counts = parts[0]
     for part in parts[1:]:

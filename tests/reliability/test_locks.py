@@ -1,0 +1,133 @@
+"""Cache locks: a forked worker never holds its parent's lock, the lock records its owner, and
+a lock whose owner is dead is broken with a log line (issue 14)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from packlm.cache import entry
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def wait_closed(pid: int, path: Path, seconds: float = 2.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while str(path) in _open_files(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _open_files(pid: int) -> list[str]:
+    out = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # closed meanwhile
+            out.append(os.readlink(fd))
+    return out
+
+
+# --- locks ------------------------------------------------------------------------------------
+
+
+def test_a_forked_worker_never_holds_the_lock_of_its_parent(tmp_path):
+    dest = tmp_path / "entry"
+    ctx = multiprocessing.get_context("fork")
+    with entry.locked(dest):
+        worker = ctx.Process(target=time.sleep, args=(30,), daemon=True)
+        worker.start()
+        lock = tmp_path / ".entry.lock"
+        assert wait_closed(worker.pid, lock)  # the child closes it first thing after the fork
+        owner = json.loads(lock.read_text())
+        assert owner["pid"] == os.getpid() and owner["start"] == entry.process_start(os.getpid())
+    try:
+        with open(lock, "a") as f:  # the parent released it: free although the child lives
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_UN)
+        assert worker.is_alive()
+    finally:
+        worker.kill()
+        worker.join()
+
+
+HOLDER = """
+import fcntl, json, os, socket, sys, time
+lock, owner = sys.argv[1], int(sys.argv[2]) or os.getpid()
+fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, json.dumps({"pid": owner, "start": None, "host": socket.gethostname()}).encode())
+print("held", flush=True)
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def hold(lock: Path, owner: int, seconds: float) -> subprocess.Popen:
+    """A process holding the flock of `lock`, its record naming `owner` as the owner."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(HOLDER), str(lock), str(owner), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert p.stdout.readline() == "held\n"
+    return p
+
+
+def test_a_lock_kept_by_a_process_whose_owner_is_dead_is_broken_with_a_log_line(tmp_path, caplog):
+    """As the orphaned workers of an older version did: the lock is held, its owner is dead."""
+    dest = tmp_path / "entry"
+    pid = dead_pid()
+    orphan = hold(tmp_path / ".entry.lock", pid, 60)
+    try:
+        start = time.monotonic()
+        with caplog.at_level(logging.INFO, logger="packlm"), entry.locked(dest):
+            assert time.monotonic() - start < 3
+        assert any(
+            f"breaking the lock {tmp_path / '.entry.lock'}: its owner, process {pid}, is dead"
+            in r.getMessage()
+            for r in caplog.records
+        )
+    finally:
+        orphan.kill()
+        orphan.wait()
+
+
+def test_a_live_owner_is_waited_for_and_named(tmp_path, caplog):
+    holder = hold(tmp_path / ".entry.lock", 0, 1.0)  # 0: its record names itself
+    holder_owner = holder.pid
+    start = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="packlm"), entry.locked(tmp_path / "entry"):
+        waited = time.monotonic() - start
+    holder.wait()
+    assert waited > 0.5
+    assert any(
+        f"waiting for another process (pid {holder_owner})" in r.getMessage()
+        for r in caplog.records
+    )
+    assert not any("breaking" in r.getMessage() for r in caplog.records)
+
+
+def test_owner_liveness_sees_zombies_and_reused_pids():
+    host = os.uname().nodename
+    me = os.getpid()
+    assert entry.owner_alive({"pid": me, "start": entry.process_start(me), "host": host})
+    assert entry.owner_alive({"pid": me, "start": "1", "host": host}) is False  # pid reused
+    assert entry.owner_alive({"pid": dead_pid(), "host": host}) is False
+    zombie = subprocess.Popen(["true"])
+    time.sleep(0.3)  # exited, not reaped
+    assert entry.owner_alive({"pid": zombie.pid, "host": host}) is False
+    zombie.wait()
+    assert entry.owner_alive({"pid": me, "host": "elsewhere"}) is None
