@@ -1,14 +1,15 @@
-"""Model benchmarks: what Lightning and the block-diagonal mask cost, as ratios.
+"""Model benchmarks: packlm's training step against a GPT-2-style reference, as ratios.
 
-    python bench/model.py            # CPU: about 1.5 minutes on 2 cores
-    python bench/model.py --quick    # fewer steps, noisier
+    python bench/model.py [--quick] [--no-compile]   # CPU: 2.5-4 minutes on 2 cores
 
-1. Training-step tokens/s of LitCausalLM inside a Trainer vs the same model in a bare
-   PyTorch loop doing the same math (sum CE / supervised, clip, AdamW, schedule).
-2. Forward + backward with block-diagonal SDPA (4 documents per row) vs is_causal SDPA
-   (stream rows), with the additive float mask the model uses and with a bool mask.
-3. On CUDA only: FlexAttention (compiled, BlockMask) vs dense-mask SDPA vs is_causal at
-   context 2048 with many short documents, attention forward + backward.
+At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one run:
+1. Training steps (forward + backward + clip + AdamW + schedule) in a bare loop: packlm's
+   Transformer (document masks, 4 documents per row; stream rows; torch.compile) against
+   `ReferenceGPT` (nanoGPT's GPT: LayerNorm, GELU MLP 4x, learned positions, is_causal
+   SDPA, tied head, no biases), eager; and LitCausalLM in a Lightning Trainer with
+   StepMetrics (eager, model.compile=true) against the same bare loops.
+2. Forward + backward with block-diagonal SDPA vs is_causal SDPA (stream rows), with the
+   additive float mask the model uses and with a bool mask. GPU figures: bench/gpu.py.
 A step's time is the wall time between consecutive step ends (data fetch included); the
 table uses the median over all steps of all repeats, the contenders taking turns so a
 busy neighbour on a shared machine hits them alike.
@@ -28,6 +29,7 @@ from functools import partial
 import lightning as L
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.utils.data import DataLoader
 
 from packlm.callbacks import StepMetrics
@@ -70,36 +72,96 @@ def gaps(stamps: list[float], warmup: int) -> list[float]:
     return [b - a for a, b in zip(stamps[warmup:], stamps[warmup + 1 :], strict=False)]
 
 
-# --- 1. Lightning vs bare loop ----------------------------------------------------------------
+# --- 1. the reference model and the bare loop ------------------------------------------------
 
 
-def bare_loop(batches, warmup: int) -> list[float]:
+class ReferenceBlock(nn.Module):
+    """nanoGPT's Block (bias=False): LayerNorm, causal self-attention, LayerNorm, GELU MLP 4x."""
+
+    def __init__(self, C: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.ln_1, self.ln_2 = nn.LayerNorm(C, bias=False), nn.LayerNorm(C, bias=False)
+        self.c_attn = nn.Linear(C, 3 * C, bias=False)
+        self.c_proj = nn.Linear(C, C, bias=False)
+        self.c_fc = nn.Linear(C, 4 * C, bias=False)
+        self.mlp_proj = nn.Linear(4 * C, C, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)  # [B, T, C] each
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, T, D]
+        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))  # [B, T, C]
+
+
+class ReferenceGPT(nn.Module):
+    """nanoGPT's GPT at the same width, depth and vocabulary: what users compare with."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.wte = nn.Embedding(c.vocab_size, c.n_embd)
+        self.wpe = nn.Embedding(c.context_length, c.n_embd)
+        self.blocks = nn.ModuleList(ReferenceBlock(c.n_embd, c.n_head) for _ in range(c.n_layer))
+        self.ln_f = nn.LayerNorm(c.n_embd, bias=False)
+        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight
+        for p in (p for p in self.parameters() if p.dim() == 2):
+            nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, input_ids, segment_ids=None, position_ids=None) -> torch.Tensor:
+        T = input_ids.shape[1]  # segments and positions ignored: plain causal attention
+        x = self.wte(input_ids) + self.wpe(torch.arange(T, device=input_ids.device))
+        for block in self.blocks:
+            x = block(x)  # [B, T, C]
+        return self.lm_head(self.ln_f(x))  # [B, T, V]
+
+
+def seeded(model_class=Transformer, compile: bool = False) -> nn.Module:
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**CONFIG))
-    params = list(model.parameters())
-    opt = torch.optim.AdamW(
-        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-        lr=3e-3, betas=(0.9, 0.95),
-    )  # fmt: skip
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, partial(lr_factor, warmup=10, total=1000, min_ratio=0.1)
-    )
-    stamps = []
-    for batch in DataLoader(batches, batch_size=None):
-        logits = model(batch["input_ids"], batch["segment_ids"], batch["position_ids"])
-        labels = batch["labels"]
-        loss = (
-            F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
-            / (labels != -100).sum()
+    model = model_class(ModelConfig(**CONFIG))
+    return torch.compile(model) if compile else model
+
+
+class BareLoop:
+    """A model with AdamW + warmup/cosine, trained by a plain loop with packlm's math (sum CE /
+    supervised, clip 1.0); built once, so a compiled model compiles once for all repeats."""
+
+    def __init__(self, model: nn.Module, stream: bool = False):
+        self.model, self.stream = model, stream
+        self.params = params = list(model.parameters())
+        self.opt = torch.optim.AdamW(
+            [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+            lr=3e-3, betas=(0.9, 0.95),
+        )  # fmt: skip
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, partial(lr_factor, warmup=10, total=1000, min_ratio=0.1)
         )
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        stamps.append(time.perf_counter())
-    return gaps(stamps, warmup)
+
+    def __call__(self, batches, warmup: int) -> list[float]:
+        stamps = []
+        for batch in DataLoader(batches, batch_size=None):
+            if self.stream:  # as LitCausalLM does for stream batches: no segments, positions 0..T-1
+                logits = self.model(batch["input_ids"])
+            else:
+                logits = self.model(batch["input_ids"], batch["segment_ids"], batch["position_ids"])
+            labels = batch["labels"]
+            loss = (
+                F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
+                / (labels != -100).sum()
+            )
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+            self.opt.step()
+            self.sched.step()
+            self.opt.zero_grad(set_to_none=True)
+            stamps.append(time.perf_counter())
+        return gaps(stamps, warmup)
+
+
+# --- 1. (cont.) Lightning ------------------------------------------------------------------------------
 
 
 class StepStamps(L.Callback):
@@ -110,9 +172,11 @@ class StepStamps(L.Callback):
         self.stamps.append(time.perf_counter())
 
 
-def lightning_loop(batches, warmup: int, tensorboard: bool) -> list[float]:
+def lightning_loop(batches, warmup: int, tensorboard: bool, compile: bool = False) -> list[float]:
     torch.manual_seed(0)
-    lit = LitCausalLM(CONFIG, {"lr": 3e-3, "warmup_steps": 10, "max_steps": 1000})
+    lit = LitCausalLM(
+        dict(CONFIG, compile=compile), {"lr": 3e-3, "warmup_steps": 10, "max_steps": 1000}
+    )
     stamps = StepStamps()
     with tempfile.TemporaryDirectory() as tmp:
         logger = L.pytorch.loggers.TensorBoardLogger(tmp) if tensorboard else False
@@ -154,46 +218,6 @@ def forward_backward(batches, warmup: int, config: dict, bool_mask: bool = False
     return gaps(stamps, warmup)
 
 
-# --- 3. FlexAttention on CUDA -----------------------------------------------------------------
-
-
-def cuda_ms(fn, n: int = 20) -> float:
-    fn()  # compile / warm up
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
-
-
-def cuda_rows() -> list[tuple[str, float]]:
-    Bc, H, Tc, D = 4, 8, 2048, 64
-    seg = packed_batch(Bc, Tc, docs_per_row=24, vocab=2, seed=0)[
-        "segment_ids"
-    ].cuda()  # ~85 tokens/doc
-    q, k, v = (
-        torch.randn(Bc, H, Tc, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        for _ in range(3)
-    )
-
-    def step(build) -> None:
-        masks.attend(q, k, v, build()).sum().backward()  # mask built inside: its cost counts
-
-    causal = cuda_ms(partial(step, lambda: masks.AttentionMask(is_causal=True)))
-    dense = cuda_ms(partial(step, partial(masks.build_mask, seg, "sdpa", torch.bfloat16)))
-    flex = cuda_ms(partial(step, partial(masks.build_mask, seg, "flex", torch.bfloat16)))
-    block = cuda_ms(partial(masks.build_mask, seg, "flex", torch.bfloat16))
-    return [
-        ("CUDA T=2048, 24 docs/row, attn fwd+bwd: dense-mask SDPA / Flex (time)", dense / flex),
-        ("CUDA T=2048: Flex / is_causal SDPA (time)", flex / causal),
-        ("CUDA T=2048: Flex fwd+bwd incl. BlockMask, ms", flex),
-        ("CUDA T=2048: BlockMask build alone, ms", block),
-    ]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -201,6 +225,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40, help="timed steps per run (T=64)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="--steps 15 --repeats 2")
+    parser.add_argument(
+        "--no-compile", dest="compile", action="store_false", help="skip the model.compile rows"
+    )
     args = parser.parse_args()
     if args.quick:
         args.steps, args.repeats = 15, 2
@@ -212,50 +239,60 @@ def main() -> None:
     n_long = warmup + max(4, args.steps // 4) + 1
     long_packed = [packed_batch(B, 256, 4, 65, seed=i) for i in range(n_long)]
 
-    contenders = {
-        "bare": lambda: bare_loop(packed, warmup),
+    loops = {
+        "reference": BareLoop(seeded(ReferenceGPT)),
+        "bare": BareLoop(seeded()),
+        "bare stream": BareLoop(seeded(), stream=True),
+    }
+    if args.compile:
+        loops["bare compiled"] = BareLoop(seeded(compile=True))
+    contenders = {name: partial(loop, packed, warmup) for name, loop in loops.items()}
+    contenders |= {
         "lightning": lambda: lightning_loop(packed, warmup, tensorboard=False),
         "lightning+tb": lambda: lightning_loop(packed, warmup, tensorboard=True),
         "causal": lambda: forward_backward([as_stream(b) for b in packed], warmup, CONFIG),
         "float": lambda: forward_backward(packed, warmup, CONFIG),
         "bool": lambda: forward_backward(packed, warmup, CONFIG, bool_mask=True),
-        "causal256": lambda: forward_backward(
-            [as_stream(b) for b in long_packed], warmup, long_config
-        ),
+        "causal256": lambda: forward_backward([as_stream(b) for b in long_packed], warmup, long_config),
         "float256": lambda: forward_backward(long_packed, warmup, long_config),
-        "bool256": lambda: forward_backward(long_packed, warmup, long_config, bool_mask=True),
-    }
+    }  # fmt: skip
+    if args.compile:
+        contenders["lightning compiled"] = partial(lightning_loop, packed, warmup, False, True)
     steps: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(args.repeats):
         for name, run in contenders.items():
             steps[name] += run()
     ms = {name: 1e3 * statistics.median(s) for name, s in steps.items()}
 
+    ref = ms["reference"]  # tokens/s ratio to the reference = its time / ours
     rows = [
-        ("bare loop: ms/step", ms["bare"]),
-        ("bare loop: tokens/s", B * T / ms["bare"] * 1e3),
+        ("reference GPT-2-style model, bare loop: tokens/s", B * T / ref * 1e3),
+        ("packlm bare loop, document masks: tokens/s", B * T / ms["bare"] * 1e3),
+        ("packlm bare, document masks / reference (tokens/s; aim >= 1.2)", ref / ms["bare"]),
+        ("packlm bare, stream rows / reference (tokens/s)", ref / ms["bare stream"]),
+        ("packlm Lightning+StepMetrics, document / reference bare (tok/s)", ref / ms["lightning"]),
+    ]
+    if args.compile:
+        rows += [
+            ("packlm bare compiled, document / reference eager (tokens/s)", ref / ms["bare compiled"]),
+            ("packlm Lightning compiled, document / reference bare (tok/s)", ref / ms["lightning compiled"]),
+            ("packlm bare: compiled / eager (tokens/s)", ms["bare"] / ms["bare compiled"]),
+        ]  # fmt: skip
+    rows += [
         ("Lightning (no logger): tokens/s", B * T / ms["lightning"] * 1e3),
         ("Lightning / bare (time; aim <= 1.05)", ms["lightning"] / ms["bare"]),
         ("Lightning + TensorBoard (every 10 steps) / bare (time)", ms["lightning+tb"] / ms["bare"]),
-        (
-            "T=64 fwd+bwd: block-diag float mask / is_causal (aim <= 1.1)",
-            ms["float"] / ms["causal"],
-        ),
+        ("T=64 fwd+bwd: block-diag float mask / is_causal (aim <= 1.1)", ms["float"] / ms["causal"]),
         ("T=64 fwd+bwd: block-diag bool mask / is_causal", ms["bool"] / ms["causal"]),
         ("T=256 fwd+bwd: block-diag float mask / is_causal", ms["float256"] / ms["causal256"]),
-        ("T=256 fwd+bwd: block-diag bool mask / is_causal", ms["bool256"] / ms["causal256"]),
-    ]
-    if torch.cuda.is_available():
-        rows += cuda_rows()
+    ]  # fmt: skip
     print(
         f"\nmodel {CONFIG}, batch {B}x{T}, 4 documents per row, {torch.get_num_threads()} threads"
     )
     print(f"median step time over {args.repeats} repeats; ratios of times: > 1 means slower\n")
-    print(f"| {'measure':<62} | {'value':>9} |\n|{'-' * 64}|{'-' * 10}:|")
+    print(f"| {'measure':<66} | {'value':>9} |\n|{'-' * 68}|{'-' * 10}:|")
     for name, value in rows:
-        print(
-            f"| {name:<62} | {value:>9.3f} |" if value < 100 else f"| {name:<62} | {value:>9.0f} |"
-        )
+        print(f"| {name:<66} | {value:>9.{3 if value < 100 else 0}f} |")
 
 
 if __name__ == "__main__":

@@ -119,3 +119,16 @@ def test_positions_from_segments():
     pos = positions_from_segments(seg, 2, 7, seg.device)
     assert pos.tolist() == [[0, 1, 2, 0, 1, 0, 1], [0, 1, 2, 3, 4, 5, 6]]
     assert positions_from_segments(None, 1, 3, "cpu").tolist() == [[0, 1, 2]]
+
+
+def test_mask_building_does_not_break_a_compiled_graph():
+    """model.compile: the stream check must not read a value (a graph break per forward)."""
+    from helpers.models import pack_row, random_docs, tiny_model
+
+    model = tiny_model(dtype=torch.float32)
+    batch = pack_row(random_docs([5, 4], seed=0), T=12)
+    explained = torch._dynamo.explain(model)(
+        batch["input_ids"], batch["segment_ids"], batch["position_ids"]
+    )
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert masks.is_stream(torch.zeros(1, 3, dtype=torch.int32))  # eager CPU check unchanged

@@ -167,3 +167,24 @@ def test_flex_forward_matches_sdpa_on_cpu():
         pytest.skip(f"FlexAttention forward does not run on CPU here: {err}")
     with torch.no_grad():
         torch.testing.assert_close(got, run(sdpa, batch), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_model_matches_eager_on_packed_rows():
+    """model.compile: the compiled graph (dense mask, no graph break) computes the eager
+    function, so invariant 1 carries over; logits and gradients in float32."""
+    pytest.importorskip("torch._inductor")
+    eager = tiny_model(dtype=torch.float32, seed=3)
+    compiled_copy = tiny_model(dtype=torch.float32, seed=3)
+    compiled = torch.compile(compiled_copy)
+    batch = cat_rows(
+        pack_row(random_docs([5, 7, 3], 7), T=18), pack_row(random_docs([16], 8), T=18)
+    )
+    want, got = run(eager, batch), run(compiled, batch)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    sum_ce(want, batch["labels"]).backward()
+    sum_ce(got, batch["labels"]).backward()
+    for (name, g), g_compiled in zip(
+        grads(eager).items(), grads(compiled_copy).values(), strict=True
+    ):
+        torch.testing.assert_close(g_compiled, g, atol=1e-5, rtol=1e-4, msg=name)

@@ -56,11 +56,15 @@ def is_stream(segment_ids: Tensor | None) -> bool:
 
     Only checked for CPU tensors: on an accelerator the answer would have to be read back,
     stalling the host on every forward. LitCausalLM checks each batch on the CPU before it
-    is moved and passes segment_ids=None for stream batches.
+    is moved and passes segment_ids=None for stream batches. Under torch.compile the check
+    is skipped too (the dense mask is exact for stream rows as well): reading a value would
+    break the compiled graph in two on every forward.
     """
     if segment_ids is None:
         return True
-    return segment_ids.device.type == "cpu" and not bool((segment_ids != 0).any())
+    if torch.compiler.is_compiling() or segment_ids.device.type != "cpu":
+        return False
+    return not bool((segment_ids != 0).any())
 
 
 def flex_block_mask(segment_ids: Tensor) -> BlockMask:
@@ -107,7 +111,7 @@ _compiled_flex = None
 def _flex(q: Tensor) -> object:
     """Compiled flex_attention on CUDA (fused kernel); eager reference elsewhere."""
     global _compiled_flex
-    if q.device.type != "cuda":
+    if q.device.type != "cuda" or torch.compiler.is_compiling():  # inside model.compile: traced
         return flex_attention
     if _compiled_flex is None:
         _compiled_flex = torch.compile(flex_attention)
