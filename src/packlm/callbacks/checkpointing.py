@@ -192,7 +192,7 @@ class LastCheckpoint(L.Callback):
         """Write last.ckpt (all ranks must call it: Lightning synchronizes inside)."""
         if trainer.fast_dev_run or self._step_saved == trainer.global_step:
             return  # (the same decision on every rank: no file-system check here)
-        trainer.save_checkpoint(self.path)
+        trainer.save_checkpoint(self.path, weights_only=False)  # the full training state
         self._step_saved = trainer.global_step
 
 
