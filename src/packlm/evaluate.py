@@ -30,7 +30,9 @@ from packlm.export.checkpoint import load_checkpoint, tokenizer_config_of
 from packlm.model.loss import sum_cross_entropy
 from packlm.model.transformer import Transformer
 
-FROM_CHECKPOINT = ("window", "packing", "text_field", "separator", "encoding_errors")
+FROM_CHECKPOINT = (
+    "window", "packing", "bos", "text_field", "separator", "encoding_errors", "normalize_newlines",
+)  # fmt: skip
 
 
 def eval_data_config(saved: dict[str, Any], overrides: dict[str, Any]) -> DataConfig:

@@ -1,14 +1,16 @@
 """Prepare time: sources -> documents -> token store, built once per fingerprint and cached.
 
 1. `default_corpus.py`: no sources given -> the Python standard library's own files.
-2. `sources.py`: `data.sources` entries (paths, globs, .jsonl, {path, weight}) -> `Source`s
-   -> `Document`s (text, id, source), with what reading dropped or replaced counted.
+2. `sources/`: `data.sources` entries (paths, globs, directories with include/exclude,
+   compressed text and JSONL, Parquet/Arrow, {path, weight}) -> `Source`s -> `Document`s
+   (text, id, source), with what reading dropped or replaced counted.
 3. `split.py`: a document's content hash -> train or validation (stable, never by position).
 4. `corpus.py`: `Corpus` = the resolved sources and options of a data config: its documents
    in split order and the fingerprint that names the cache entry.
 5. `encode.py`: texts -> token ids in worker processes, results in submission order.
 6. `token_store.py`: the on-disk store (tokens.bin memmap, doc offsets, sources, manifest with
-   sizes and checksums): `TokenStore` reads it, `StoreWriter` appends to it.
+   sizes and checksums): `TokenStore` reads it, `StoreWriter` appends to it; `verify.py`
+   checks a store against its manifest (and the manifest itself) when it is opened.
 7. `build.py`: a `Corpus` + tokenizer -> the train and val stores in one streaming pass, in a
    temporary directory renamed into place when both are complete.
 8. `cache.py`: `prepare_stores(data, tokenizer config, cache_dir)` -> tokenizer (through
