@@ -1,5 +1,28 @@
-"""Errors shared by every part of packlm."""
+"""Errors shared by every part of packlm, and how a command reports them."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from omegaconf.errors import MissingMandatoryValue
 
 
 class ConfigError(ValueError):
     """An invalid configuration value; the message starts with the full key name."""
+
+
+@contextmanager
+def one_line_errors(*errors: type[BaseException]) -> Iterator[None]:
+    """A command's own errors (`errors`) print as one line, `error: ...`, and exit 2 for a
+    config value (ConfigError, a missing mandatory key) or 1 (data, files, a missing extra);
+    HYDRA_FULL_ERROR=1 re-raises them with their traceback."""
+    try:
+        yield
+    except errors as e:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2 if isinstance(e, ConfigError | MissingMandatoryValue) else 1) from None

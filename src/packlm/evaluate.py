@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
@@ -25,7 +24,7 @@ from omegaconf.errors import MissingMandatoryValue
 from packlm.config import CONFIG_DIR
 from packlm.data.config import DataConfig
 from packlm.data.store.token_store import StoreError
-from packlm.errors import ConfigError
+from packlm.errors import ConfigError, one_line_errors
 from packlm.export.checkpoint import load_checkpoint, tokenizer_config_of
 from packlm.model.loss import sum_cross_entropy
 from packlm.model.transformer import Transformer
@@ -105,14 +104,9 @@ def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: s
 def main(cfg: DictConfig) -> None:
     """Bad input (config, files, a missing extra) prints one line and exits 2 (config) or 1;
     HYDRA_FULL_ERROR=1 shows the traceback."""
-    try:
+    with one_line_errors(ValueError, OSError, ImportError, StoreError, MissingMandatoryValue):
         overrides = OmegaConf.to_container(cfg.data, resolve=True, throw_on_missing=True)
         result = evaluate(cfg.ckpt_path, overrides, cfg.cache_dir, cfg.device)
-    except (ValueError, OSError, ImportError, StoreError, MissingMandatoryValue) as e:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2 if isinstance(e, ConfigError | MissingMandatoryValue) else 1) from None
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")
 

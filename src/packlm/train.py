@@ -10,7 +10,6 @@ import errno
 import logging
 import math
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -46,7 +45,7 @@ from packlm.config import CONFIG_DIR, Validated, swept_keys, validate_config
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import StoreError
-from packlm.errors import ConfigError
+from packlm.errors import ConfigError, one_line_errors
 from packlm.model.lit_module import LitCausalLM
 from packlm.run.ddp_hydra import ddp_relaunch_runs_this_job
 from packlm.run.loggers import build_callbacks, build_loggers
@@ -258,16 +257,12 @@ def main(cfg: DictConfig) -> float:
     one message and exit 2 (config) or 1 (data, files); HYDRA_FULL_ERROR=1 shows the traceback.
     """
     try:
-        metrics = train(cfg)
+        with one_line_errors(ConfigError, SourceError, StoreError, OSError):
+            metrics = train(cfg)
     except TrainingStopped as stopped:
         # rank 0 reports the signal; other DDP ranks end cleanly (a non-zero exit of a child
         # makes Lightning's process observer SIGKILL every rank)
         raise SystemExit(stopped.exit_code if rank_zero_only.rank == 0 else 0) from None
-    except (ConfigError, SourceError, StoreError, OSError) as e:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2 if isinstance(e, ConfigError) else 1) from None
     return metrics.get(cfg.optimized_metric, float("nan"))
 
 

@@ -60,3 +60,14 @@ def documents(prepared: PreparedData) -> int:
         prepared.train_manifest["counts"]["documents"]
         + prepared.val_manifest["counts"]["documents"]
     )
+
+
+def prepare_tiny(corpus: Path, cache: Path) -> PreparedData:
+    """The tiny corpus (tests/helpers/corpus.py) prepared in-process, 20% validation."""
+    return prepare_stores(
+        DataConfig(sources=[f"{corpus}/*.txt"], val_fraction=0.2),
+        TokenizerConfig(vocab_size=300),
+        cache,
+        progress=False,
+        num_workers=0,
+    )

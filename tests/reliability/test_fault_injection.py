@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from helpers.corpus import write_tiny_corpus
+from helpers.processes import still_running
 from helpers.runs import (
     assert_same_weights,
     checkpoint_step,
@@ -116,21 +117,6 @@ def tree(pid: int) -> set[int]:
         return set()
 
 
-def survivors(pids: set[int], seconds: float = 5.0) -> list[int]:
-    """The pids still running (zombies count as ended) after up to `seconds`."""
-    deadline = time.monotonic() + seconds
-    while (alive := [p for p in pids if _running(p)]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return alive
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def workers_of(pid: int) -> list[int]:
     children = psutil.Process(pid).children()
     return [c.pid for c in children if "resource_tracker" not in " ".join(c.cmdline())]
@@ -199,7 +185,7 @@ def test_a_random_kill_then_a_rerun_completes_with_the_artefacts_of_an_undisturb
             proc.kill()
         proc.wait()
     first = log.read_text()
-    assert survivors(seen) == [], "processes of the first run survive"
+    assert still_running(seen) == [], "processes of the first run survive"
     if victim == "worker" and proc.returncode != 0:  # a dead worker: one error naming it
         name = signal.Signals(signum).name
         assert f"worker process {target} was killed by {name}" in first, first[-3000:]

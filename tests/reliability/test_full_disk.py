@@ -16,10 +16,8 @@ import numpy as np
 import pytest
 import torch
 
+from helpers.stores import prepare_tiny
 from packlm.callbacks.checkpointing import AtomicCheckpointIO
-from packlm.data.config import DataConfig
-from packlm.data.store.cache import prepare_stores
-from packlm.tokenizer.config import TokenizerConfig
 
 
 @pytest.fixture
@@ -67,25 +65,15 @@ def test_a_checkpoint_on_a_full_disk_keeps_the_previous_one_and_leaves_no_tempor
     assert free(disk) == before  # the temporary's space is given back
 
 
-def prepare(corpus: Path, cache: Path):
-    return prepare_stores(
-        DataConfig(sources=[f"{corpus}/*.txt"], val_fraction=0.2),
-        TokenizerConfig(vocab_size=300),
-        cache,
-        progress=False,
-        num_workers=0,
-    )
-
-
 def test_a_store_build_on_a_full_disk_says_so_and_leaves_nothing(disk, tiny_corpus, tmp_path):
     cache = disk / "cache"
-    clean = prepare(tiny_corpus, cache)
+    clean = prepare_tiny(tiny_corpus, cache)
     train_tokens = np.array(clean.open("train").tokens)
     shutil.rmtree(cache / "stores")  # the tokenizer stays cached; the store must be rebuilt
     filler = fill(disk, leave=8 << 10)
     before = free(disk)
     with pytest.raises(OSError) as e:
-        prepare(tiny_corpus, cache)
+        prepare_tiny(tiny_corpus, cache)
     assert e.value.errno == errno.ENOSPC
     assert "cannot write the token store" in str(e.value)
     assert str(cache / "stores") in str(e.value) and "(disk full" in str(e.value)
@@ -93,5 +81,5 @@ def test_a_store_build_on_a_full_disk_says_so_and_leaves_nothing(disk, tiny_corp
     assert left == []
     assert free(disk) >= before - (4 << 10)  # only the lock file's page may remain
     os.unlink(filler)
-    again = prepare(tiny_corpus, cache)
+    again = prepare_tiny(tiny_corpus, cache)
     assert np.array_equal(np.array(again.open("train").tokens), train_tokens)

@@ -9,19 +9,7 @@ import logging
 import numpy as np
 import pytest
 
-from packlm.data.config import DataConfig
-from packlm.data.store.cache import prepare_stores
-from packlm.tokenizer.config import TokenizerConfig
-
-
-def prepare(corpus, cache):
-    return prepare_stores(
-        DataConfig(sources=[f"{corpus}/*.txt"], val_fraction=0.2),
-        TokenizerConfig(vocab_size=300),
-        cache,
-        progress=False,
-        num_workers=0,
-    )
+from helpers.stores import prepare_tiny
 
 
 @pytest.mark.parametrize("delta", [+5, -10])
@@ -29,7 +17,7 @@ def prepare(corpus, cache):
 def test_an_edited_cached_manifest_is_rebuilt_naming_the_file(
     tiny_corpus, tmp_path, caplog, delta, keep_checksum
 ):
-    first = prepare(tiny_corpus, tmp_path / "cache")
+    first = prepare_tiny(tiny_corpus, tmp_path / "cache")
     expected = np.array(first.open("val").tokens)
     path = first.val_dir / "manifest.json"
     manifest = json.loads(path.read_text())
@@ -38,7 +26,7 @@ def test_an_edited_cached_manifest_is_rebuilt_naming_the_file(
         del manifest["manifest_checksum"]
     path.write_text(json.dumps(manifest))
     with caplog.at_level(logging.INFO, logger="packlm"):
-        again = prepare(tiny_corpus, tmp_path / "cache")
+        again = prepare_tiny(tiny_corpus, tmp_path / "cache")
     (line,) = [r.getMessage() for r in caplog.records if "building token stores" in r.getMessage()]
     assert "damaged, rebuilding" in line and str(first.val_dir) in line
     assert ("edited since it was written" if keep_checksum else "does not match") in line

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from helpers.corpus import write_tiny_corpus
+from helpers.processes import still_running
 from packlm.data.config import DataConfig
 from packlm.data.store import build as build_module
 from packlm.data.store.cache import prepare_stores
@@ -33,23 +34,6 @@ def dead_pid() -> int:
     p.wait()
     return p.pid
 
-
-def wait_gone(pids: list[int], seconds: float = 5.0) -> list[int]:
-    """The pids still running (zombies count as gone) after waiting up to `seconds`."""
-    deadline = time.monotonic() + seconds
-    while (alive := [p for p in pids if _running(p)]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return alive
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-# --- workers die with their parent ------------------------------------------------------------
 
 PARENT = """
 import itertools, os, signal, sys, time
@@ -93,7 +77,7 @@ def test_workers_die_with_their_parent_however_it_ends(kind, signum):
         assert len(workers) >= 2
         parent.send_signal(signum)
         parent.wait(timeout=10)
-        assert wait_gone(workers) == []
+        assert still_running(workers) == []
     finally:
         parent.kill()
         parent.wait()

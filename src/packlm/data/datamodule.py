@@ -70,12 +70,11 @@ class PackedDataModule(L.LightningDataModule):
         self.progress = progress
         self.prepared = prepared
         if self.data.stride > self.data.window:
+            d = self.data
             log.warning(
                 "data.stride=%d > data.window=%d: %d tokens between windows are never a target",
-                self.data.stride,
-                self.data.window,
-                self.data.stride - self.data.window,
-            )
+                d.stride, d.window, d.stride - d.window,
+            )  # fmt: skip
         self._stores: dict[str, TokenStore] = {}
         self._lengths: dict[str, np.ndarray] = {}
         self._plans: dict[tuple[str, int], EpochPlan] = {}

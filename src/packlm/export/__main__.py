@@ -9,7 +9,6 @@ it wrote as JSON on stdout.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from omegaconf.errors import MissingMandatoryValue
 from packlm.config import CONFIG_DIR, PackLMConfig
 from packlm.data.config import DataConfig
 from packlm.data.store.token_store import StoreError
-from packlm.errors import ConfigError
+from packlm.errors import ConfigError, one_line_errors
 from packlm.export import FORMATS
 from packlm.export.checkpoint import load_checkpoint, tokenizer_config_of
 from packlm.export.output import output_dir
@@ -108,13 +107,8 @@ def main(cfg: DictConfig) -> None:
     """Bad input (config, files, a missing extra) prints one line and exits 2 (config) or 1;
     HYDRA_FULL_ERROR=1 shows the traceback."""
     logs_to_stderr()
-    try:
+    with one_line_errors(ValueError, OSError, ImportError, StoreError, MissingMandatoryValue):
         summary = export(cfg)
-    except (ValueError, OSError, ImportError, StoreError, MissingMandatoryValue) as e:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2 if isinstance(e, ConfigError | MissingMandatoryValue) else 1) from None
     json.dump(summary, sys.stdout, indent=2)
     sys.stdout.write("\n")
 

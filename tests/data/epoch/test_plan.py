@@ -273,19 +273,9 @@ def test_group_by_keeps_groups_adjacent_and_shuffles_them_per_epoch():
 @pytest.mark.parametrize("tail", ["pad", "cover", "drop"])
 def test_snap_moves_window_starts_to_document_starts_within_the_tolerance(tail):
     lengths = np.random.default_rng(3).integers(1, 30, size=300)
-    plain = plan_of(lengths, config(window=16, stride=12, tail=tail, random_offset=True, seed=4))
-    snapped = plan_of(
-        lengths,
-        config(
-            window=16,
-            stride=12,
-            tail=tail,
-            random_offset=True,
-            seed=4,
-            snap="document",
-            snap_tolerance=5,
-        ),
-    )
+    base = dict(window=16, stride=12, tail=tail, random_offset=True, seed=4)
+    plain = plan_of(lengths, config(**base))
+    snapped = plan_of(lengths, config(**base, snap="document", snap_tolerance=5))
     assert snapped.n_samples == plain.n_samples  # the same windows, some moved
     ids = np.arange(plain.n_samples)
     s0, g0, _ = plain.windows(ids)
@@ -298,18 +288,7 @@ def test_snap_moves_window_starts_to_document_starts_within_the_tolerance(tail):
     assert on_start > np.isin(g0, list(starts)).mean()  # fewer samples start mid-document
     seq_start, seq_len = snapped.sequences(s1)
     assert ((g1 + r1 <= seq_start + seq_len) & (r1 >= 2)).all()  # inside, with a target
-    again = plan_of(
-        lengths,
-        config(
-            window=16,
-            stride=12,
-            tail=tail,
-            random_offset=True,
-            seed=4,
-            snap="document",
-            snap_tolerance=5,
-        ),
-    )
+    again = plan_of(lengths, config(**base, snap="document", snap_tolerance=5))
     assert np.array_equal(again.windows(ids)[1], g1)  # still a pure function
 
 
