@@ -49,7 +49,7 @@ from packlm.errors import ConfigError, one_line_errors
 from packlm.model.lit_module import LitCausalLM
 from packlm.run.ddp_hydra import ddp_relaunch_runs_this_job
 from packlm.run.loggers import build_callbacks, build_loggers
-from packlm.run.report import log_model_size, quiet_lightning_tips, summary
+from packlm.run.report import log_model_size, quiet_lightning_tips, summary, use_torch_leaf_spec
 from packlm.run.resume import (
     changed_settings,
     check_init_from,
@@ -86,6 +86,7 @@ def train(
     _check_writable(run_dir, "the run directory (hydra.run.dir)")
     _check_writable(Path(cfg.cache_dir), "cache_dir")
     quiet_lightning_tips()
+    use_torch_leaf_spec()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = PackedDataModule.from_config(config, cfg.cache_dir)

@@ -16,6 +16,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
+from lightning.pytorch.callbacks import ModelCheckpoint
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from helpers.runs import ROOT, tiny_overrides
@@ -108,6 +109,9 @@ def test_a_callback_is_added_by_target_and_the_default_set_can_be_emptied(compos
     class Probe(L.Callback):
         def on_train_start(self, trainer, pl_module):
             seen.extend(type(c).__name__ for c in trainer.callbacks)
+            seen.extend(
+                "ModelCheckpoint" for c in trainer.callbacks if isinstance(c, ModelCheckpoint)
+            )
 
     cfg = compose_tiny(
         "+callbacks.lr_monitor._target_=lightning.pytorch.callbacks.LearningRateMonitor",
@@ -317,3 +321,8 @@ def test_a_resume_leaves_no_step_twice_in_tensorboard(compose_tiny, tmp_path):
     assert max(e.step for e in acc.Scalars("train/loss")) == 7
     after = sorted(e.step for e in acc.Scalars("train_by_tokens/loss"))
     assert sorted(before)[:4] == after[:4]  # the curve before the checkpoint is kept
+
+
+def test_a_run_prints_no_deprecation_of_lightning_internals(compose_tiny, tmp_path, recwarn):
+    train(compose_tiny("trainer.max_steps=2"), run_dir=tmp_path / "run")
+    assert not [w for w in recwarn if "LeafSpec" in str(w.message)]

@@ -18,6 +18,7 @@ from packlm.callbacks.budget import SupervisedTokenBudget
 from packlm.callbacks.checkpoint_extras import CheckpointExtras
 from packlm.callbacks.checkpointing import (
     AtomicCheckpointIO,
+    BestCheckpoint,
     GracefulStop,
     LastCheckpoint,
     TrainingStopped,
@@ -37,6 +38,7 @@ __all__ = [
     "AtomicCheckpointIO",
     "BatchHashes",
     "BatchImages",
+    "BestCheckpoint",
     "CheckpointExtras",
     "EpochStatistics",
     "GracefulStop",

@@ -32,6 +32,7 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.fabric.utilities.types import _PATH
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 
 log = logging.getLogger(__name__)
@@ -282,3 +283,12 @@ class GracefulStop(L.Callback):
             if signal.getsignal(signum) == self._handle and handler is not None:
                 signal.signal(signum, handler)
         self._previous = {}
+
+
+class BestCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint (the best checkpoints by a metric), in the run's own
+    checkpoints/ folder: a resume writes into a folder that holds this run's checkpoints,
+    which is expected, so Lightning's "exists and is not empty" warning is not given."""
+
+    def _ModelCheckpoint__warn_if_dir_not_empty(self, dirpath) -> None:  # noqa: N802
+        return None

@@ -25,6 +25,18 @@ def quiet_lightning_tips() -> None:
         source.addFilter(_NoTips())
 
 
+def use_torch_leaf_spec() -> None:
+    """Lightning 2.6 calls `LeafSpec()` on every fit, a class torch >= 2.10 deprecates with a
+    FutureWarning; its module gets torch's own leaf constructor (the same object, no warning).
+    Nothing changes where Lightning or torch already do it the new way."""
+    from lightning.pytorch.utilities import _pytree as lightning_pytree
+    from torch.utils import _pytree
+
+    leaf = getattr(_pytree, "treespec_leaf", None)
+    if leaf is not None and getattr(lightning_pytree, "LeafSpec", None) is _pytree.LeafSpec:
+        lightning_pytree.LeafSpec = leaf
+
+
 def log_model_size(module: L.LightningModule) -> None:
     params = sum(p.numel() for p in module.parameters())
     embedding = module.model.wte.weight.numel()
