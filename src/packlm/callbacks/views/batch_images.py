@@ -12,10 +12,8 @@ name, upper case first, and opens only the first two, so a run opens on `Loss` a
 
 from __future__ import annotations
 
-import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.utilities import rank_zero_only
 
 from packlm.callbacks.views.render import (
     BLANK_COLOUR,
@@ -27,7 +25,7 @@ from packlm.callbacks.views.render import (
     require_matplotlib,
     to_array,
 )
-from packlm.callbacks.views.tensorboard import tensorboard_logger
+from packlm.callbacks.views.tensorboard import FirstBatchView
 from packlm.model.masks import allowed
 
 LEGEND_DOCUMENTS = 9  # legend entries before "..." (colours cycle after that)
@@ -110,21 +108,14 @@ def layout_image(segment_ids: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
     return to_array(fig)
 
 
-class BatchImages(L.Callback):
+class BatchImages(FirstBatchView):
     """Log the first training batch's mask (busiest row) and layout once, at the start."""
 
     def __init__(self) -> None:
         require_matplotlib()
-        self.done = False
+        super().__init__()
 
-    @rank_zero_only
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx: int) -> None:
-        logger = tensorboard_logger(trainer)
-        if self.done or logger is None:
-            return
-        self.done = True
-        writer = logger.experiment
-        step = trainer.global_step
+    def show(self, writer, batch, step: int) -> None:
         seg, labels = batch["segment_ids"], batch["labels"]
         row = busiest_row(seg)
         title = f"attention mask of batch row {row}: {int(seg[row].max()) + 1} documents"

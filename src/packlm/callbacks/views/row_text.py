@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import re
 
-import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.utilities import rank_zero_only
 
 from packlm.callbacks.views.batch_images import busiest_row
-from packlm.callbacks.views.tensorboard import tensorboard_logger
+from packlm.callbacks.views.tensorboard import FirstBatchView
 
 LEGEND = "`⟦doc k⟧` document k starts · `«…»` not a target (input only) · `⟨PAD×n⟩` padding"
 
@@ -49,23 +47,16 @@ def marked_row(tokenizer, input_ids: torch.Tensor, labels: torch.Tensor, segment
     return f"{LEGEND}\n\n{counts}; PAD: {int((seg < 0).sum())}\n\n{fence}\n{body}\n{fence}"
 
 
-class TrainingRowText(L.Callback):
+class TrainingRowText(FirstBatchView):
     """Log the busiest row of the first training batch as marked text, once."""
 
     def __init__(self, tokenizer) -> None:
+        super().__init__()
         self.tokenizer = tokenizer
-        self.done = False
 
-    @rank_zero_only
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx: int) -> None:
-        logger = tensorboard_logger(trainer)
-        if self.done or logger is None:
-            return
-        self.done = True
+    def show(self, writer, batch, step: int) -> None:
         row = busiest_row(batch["segment_ids"])
         text = marked_row(
             self.tokenizer, batch["input_ids"][row], batch["labels"][row], batch["segment_ids"][row]
         )
-        logger.experiment.add_text(
-            "data/training_row", f"batch row {row}\n\n{text}", trainer.global_step
-        )
+        writer.add_text("data/training_row", f"batch row {row}\n\n{text}", step)
