@@ -178,8 +178,10 @@ class PackedDataModule(L.LightningDataModule):
         """The group of each training document under data.group_by (None: no grouping)."""
         if self.data.group_by == "source":
             return np.asarray(store.doc_sources)
-        if self.data.group_by == "directory":
-            return directory_groups([store.doc_id(d) for d in range(store.n_docs)])
+        if self.data.group_by == "directory" and "directory" not in self._lengths:
+            ids = [store.doc_id(d) for d in range(store.n_docs)]  # once, not every epoch
+            self._lengths["directory"] = directory_groups(ids)  # kept with the store arrays
+        return self._lengths.get("directory")
         return None
 
     def plan_statistics(self, epoch: int, split: str = "train") -> dict[str, Any]:
