@@ -227,13 +227,10 @@ class PackedDataModule(L.LightningDataModule):
     def _loader(self, split: str, sampler: PlanSampler) -> PlanDataLoader:
         store = self.store(split)
         cfg = self.data if split == "train" else validation_config(self.data)
-        return PlanDataLoader(
-            WindowDataset(store.path, cfg.window, store.pad_id, store.eos_id if cfg.bos else None),
-            sampler,
-            packing=cfg.packing,
-            signature=plan_signature(cfg, store, self.source_weights if split == "train" else None),
-            num_workers=self.data.num_workers,
-        )
+        bos, weights = store.eos_id if cfg.bos else None, self.source_weights
+        dataset = WindowDataset(store.path, cfg.window, store.pad_id, bos)
+        signature = plan_signature(cfg, store, weights if split == "train" else None)
+        return PlanDataLoader(dataset, sampler, cfg.packing, signature, self.data.num_workers)
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = self.trainer
