@@ -3,7 +3,7 @@ and tiktoken, on the embedded default corpus (the stdlib's .py files, ~12 MB).
 
     python bench/tokenizer.py                 # train at vocab 32768, encode, print the table
     python bench/tokenizer.py --vocab-size 8192 --repeat 3
-    python bench/tokenizer.py --load          # GPT-2's files to the first encode, vs tiktoken, HF
+    python bench/tokenizer.py --load   # GPT-2's files to the first encode: packlm, tiktoken, HF
 
 Each training run is its own subprocess; the parent samples the whole process tree
 (the trainer and its worker processes) every 20 ms and reports the peak of
@@ -29,6 +29,7 @@ import psutil
 
 SPECIAL = "<|endoftext|>"
 GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "bpe" / "corpus.en"
+GPT2_FILES = GOLDEN.with_name("gpt2_vocab.json"), GOLDEN.with_name("gpt2_merges.txt")
 
 
 def documents():
@@ -47,18 +48,12 @@ def child_hf_train(vocab_size: int, out: str | None) -> dict:
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(GPT2_PATTERN), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
+        [pre_tokenizers.Split(Regex(GPT2_PATTERN), behavior="isolated"),
+         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])  # fmt: skip
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[SPECIAL],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[SPECIAL],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)  # fmt: skip
     start = time.perf_counter()
     tok.train_from_iterator(documents(), trainer=trainer)
     return {"wall": time.perf_counter() - start}
@@ -123,71 +118,98 @@ def child_encode(saved: str, repeat: int) -> dict:
         run("tokenizers encode_batch (all cores)", lambda: [e.ids for e in hf.encode_batch(docs)]),
     ]
     reference = results[0][2]
-    return {
-        "rows": [
-            {"name": n, "wall": w, "mb_s": megabytes / w, "same_ids": ids == reference}
-            for n, w, ids in results
-        ],
-        "megabytes": megabytes,
-    }
+    rows = [{"name": n, "wall": w, "mb_s": megabytes / w, "same_ids": ids == reference}
+            for n, w, ids in results]  # fmt: skip
+    return {"rows": rows, "megabytes": megabytes}
 
 
-def child_load(which: str, saved: str) -> dict:
-    """Seconds from GPT-2's files (or packlm's saved copy) to the first encode, imports done."""
-    vocab, merges = GOLDEN.with_name("gpt2_vocab.json"), GOLDEN.with_name("gpt2_merges.txt")
-    if which.startswith("packlm"):
-        from packlm.tokenizer import Tokenizer
-    elif which == "tiktoken":
-        import tiktoken
+def child_load(which: str, saved: str, cache_dir: str) -> dict:
+    """Seconds from GPT-2's files (or packlm's saved copy) to the first encode, with every
+    import done before (packlm's lazy ones too). cache_dir "-": none, else packlm's."""
+    import tiktoken
+    import tokenizers
 
-        from packlm.tokenizer import GPT2_PATTERN
-        from packlm.tokenizer.formats import from_unicode
-    else:
-        from tokenizers import Tokenizer, models, pre_tokenizers
-    start = time.perf_counter()
-    if which == "packlm-files":
-        ids = Tokenizer.from_files(vocab, merges, [SPECIAL]).encode("Hello world")
-    elif which == "packlm-saved":
-        ids = Tokenizer.load(saved).encode("Hello world")
-    elif which == "tiktoken":
+    import packlm.tokenizer.cache  # noqa: F401
+    from packlm.tokenizer import GPT2_PATTERN, Tokenizer
+    from packlm.tokenizer.formats import from_unicode
+
+    vocab, merges = GPT2_FILES
+    cache, text = (None if cache_dir == "-" else cache_dir), "Hello world"
+
+    def hf() -> list[int]:
+        tok = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(str(vocab), str(merges)))
+        tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        return tok.encode(text).ids
+
+    def tik() -> list[int]:
         table = json.loads(vocab.read_text(encoding="utf-8"))
         ranks = {from_unicode(t): i for t, i in table.items() if t != SPECIAL}
         enc = tiktoken.Encoding("gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
                                 special_tokens={SPECIAL: table[SPECIAL]})  # fmt: skip
-        ids = enc.encode("Hello world")
-    else:
-        tok = Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        ids = tok.encode("Hello world").ids
+        return enc.encode(text)
+
+    def packlm() -> list[int]:
+        if which == "packlm-files":
+            return Tokenizer.from_files(vocab, merges, [SPECIAL], cache_dir=cache).encode(text)
+        return Tokenizer.load(saved, cache_dir=cache).encode(text)
+
+    start = time.perf_counter()
+    ids = {"hf": hf, "tiktoken": tik}.get(which, packlm)()
     return {"wall": time.perf_counter() - start, "ids": list(ids)}
 
 
+COLD, WARM = "  cache_dir, first load (empty)", "  cache_dir, tables kept"
+LOADERS = {  # (loader, cache_dir kind) -> row
+    ("hf", "-"): "tokenizers BPE.from_file", ("tiktoken", "-"): "tiktoken Encoding from vocab.json",
+    ("packlm-files", "-"): "packlm Tokenizer.from_files", ("packlm-files", "cold"): COLD,
+    ("packlm-files", "warm"): WARM, ("packlm-saved", "-"): "packlm Tokenizer.load (saved dir)",
+    ("packlm-saved", "cold"): COLD, ("packlm-saved", "warm"): WARM,
+}  # fmt: skip
+
+
 def load_table(repeat: int) -> None:
-    """The loading benchmark: each loader in fresh processes, median of `repeat`."""
+    """The loading benchmark: each loader in fresh processes, median of `repeat`. A "cold"
+    run gets a new empty cache_dir; "warm" runs share one that a first load filled."""
     from packlm.tokenizer import Tokenizer
 
-    names = {"hf": "tokenizers BPE.from_file", "tiktoken": "tiktoken Encoding from vocab.json",
-             "packlm-files": "packlm Tokenizer.from_files", "packlm-saved": "packlm Tokenizer.load (saved)"}  # fmt: skip
-    with tempfile.TemporaryDirectory() as saved:
-        Tokenizer.from_files(GOLDEN.with_name("gpt2_vocab.json"), GOLDEN.with_name("gpt2_merges.txt"),
-                             [SPECIAL]).save(saved)  # fmt: skip
-        runs = {k: [measure(["load", k, saved]) for _ in range(repeat)] for k in names}
-    hf = statistics.median(r["wall"] for r in runs["hf"])
-    print(f"{'GPT-2 files -> first encode':40} {'wall s':>7} {'x HF':>6}  same ids")
-    for k, name in names.items():
-        wall = statistics.median(r["wall"] for r in runs[k])
-        same = all(r["ids"] == runs["hf"][0]["ids"] for r in runs[k])
-        print(f"{name:40} {wall:7.3f} {wall / hf:6.2f}  {same}")
+    with tempfile.TemporaryDirectory() as tmp:
+        saved, warm = str(Path(tmp) / "saved"), str(Path(tmp) / "warm")
+        Tokenizer.from_files(*GPT2_FILES, [SPECIAL]).save(saved)
+        for which in ("packlm-files", "packlm-saved"):
+            run_child(["load", which, saved, warm])  # fills the warm cache_dir
+
+        runs, dirs = {key: [] for key in LOADERS}, {"-": "-", "warm": warm}
+        for k in range(repeat):  # round robin: every row sees the same machine load
+            for w, kind in LOADERS:  # a cold run: a new, empty cache_dir
+                cache = dirs.get(kind) or str(Path(tmp) / f"{w}-cold{k}")
+                runs[w, kind].append(run_child(["load", w, saved, cache]))
+    walls = {key: [r["wall"] for r in rs] for key, rs in runs.items()}
+    hf, hf_best = statistics.median(walls["hf", "-"]), min(walls["hf", "-"])
+    print(f"{'GPT-2 files -> first encode':40} {'median s':>8} {'x HF':>6} {'best s':>7} "
+          f"{'x HF':>6}  same ids")  # fmt: skip
+    for key, name in LOADERS.items():
+        wall, best = statistics.median(walls[key]), min(walls[key])
+        same = all(r["ids"] == runs["hf", "-"][0]["ids"] for r in runs[key])
+        ratios = f"{wall / hf:6.2f} {best:7.3f} {best / hf_best:6.2f}"
+        print(f"{name:40} {wall:8.3f} {ratios}  {same}")
+    print(f"({repeat} fresh processes per row, round robin; load average "
+          f"{os.getloadavg()[0]:.2f})")  # fmt: skip
 
 
 # ---- parent ---------------------------------------------------------------------------
 
 
+def run_child(args: list[str]) -> dict:
+    """Run this script as a child job, unobserved (sampling its memory would slow it)."""
+    out = subprocess.run([sys.executable, __file__, "--child", *args], stdout=subprocess.PIPE,
+                         text=True, check=True).stdout  # fmt: skip
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def measure(args: list[str]) -> dict:
     """Run this script as a child job; peak summed RSS and PSS of its process tree."""
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", *args], stdout=subprocess.PIPE, text=True
-    )
+    command = [sys.executable, __file__, "--child", *args]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     root = psutil.Process(proc.pid)
     peak_rss = peak_pss = 0
     while proc.poll() is None:
@@ -230,11 +252,11 @@ def main() -> None:
             "hf": lambda: child_hf_train(int(rest[0]), None),
             "packlm": lambda: child_packlm_train(
                 int(rest[0]), rest[1] or None, int(rest[2]) if rest[2] else None
-            ),
+            ),  # fmt: skip
             "small": lambda: child_small(int(rest[0])),
             "idle": lambda: {"wall": 0.0, "imported": bool(__import__("packlm.tokenizer"))},
             "encode": lambda: child_encode(rest[0], int(rest[1])),
-            "load": lambda: child_load(rest[0], rest[1]),
+            "load": lambda: child_load(rest[0], rest[1], rest[2]),
         }
         print(json.dumps(jobs[job]()))
         return
@@ -243,10 +265,8 @@ def main() -> None:
         return
 
     v, cores = str(args.vocab_size), len(os.sched_getaffinity(0))
-    print(
-        f"corpus: stdlib .py files; vocab {v}; special {SPECIAL}; {cores} cores; "
-        f"load average {os.getloadavg()[0]:.2f}\n"
-    )
+    print(f"corpus: stdlib .py files; vocab {v}; special {SPECIAL}; {cores} cores; "
+          f"load average {os.getloadavg()[0]:.2f}\n")  # fmt: skip
     idle = measure(["idle"])
     with tempfile.TemporaryDirectory() as saved:
         hf = repeated(["hf", v], args.repeat)
@@ -256,30 +276,20 @@ def main() -> None:
         small = measure(["small", "5"]) if GOLDEN.is_file() else None
         enc = measure(["encode", saved, "2"])
 
-    rows = [
-        ("tokenizers BpeTrainer (threads)", hf),
-        ("packlm train_bpe_from_iterator", ours),
-        ("packlm, num_workers=1", one),
-    ]
-    print(
-        f"{'training, vocab ' + v:40} {'wall s':>7} {'x HF':>6} {'RSS MB':>7} {'x HF':>6} "
-        f"{'PSS MB':>7} {'x HF':>6}"
-    )
+    rows = [("tokenizers BpeTrainer (threads)", hf), ("packlm train_bpe_from_iterator", ours),
+            ("packlm, num_workers=1", one)]  # fmt: skip
+    print(f"{'training, vocab ' + v:40} {'wall s':>7} {'x HF':>6} {'RSS MB':>7} {'x HF':>6} "
+          f"{'PSS MB':>7} {'x HF':>6}")  # fmt: skip
     for name, r in rows:
-        print(
-            f"{name:40} {r['wall']:7.2f} {r['wall'] / hf['wall']:6.2f} {r['rss']:7.0f} "
-            f"{r['rss'] / hf['rss']:6.2f} {r['pss']:7.0f} {r['pss'] / hf['pss']:6.2f}"
-        )
-    print(
-        f"{'(idle interpreter + packlm import)':40} {'':7} {'':6} {idle['rss']:7.0f} {'':6} "
-        f"{idle['pss']:7.0f}"
-    )
+        print(f"{name:40} {r['wall']:7.2f} {r['wall'] / hf['wall']:6.2f} {r['rss']:7.0f} "
+              f"{r['rss'] / hf['rss']:6.2f} {r['pss']:7.0f} "
+              f"{r['pss'] / hf['pss']:6.2f}")  # fmt: skip
+    print(f"{'(idle interpreter + packlm import)':40} {'':7} {'':6} {idle['rss']:7.0f} {'':6} "
+          f"{idle['pss']:7.0f}")  # fmt: skip
     if small:
         print(f"\ncorpus.en, vocab 500: {small['wall']:.3f} s (best of 5, in process)")
-    print(
-        f"\n{'encoding ' + format(enc['megabytes'], '.1f') + ' MB, by document':40} "
-        f"{'wall s':>7} {'MB/s':>7}  same ids"
-    )
+    print(f"\n{'encoding ' + format(enc['megabytes'], '.1f') + ' MB, by document':40} "
+          f"{'wall s':>7} {'MB/s':>7}  same ids")  # fmt: skip
     for row in enc["rows"]:
         print(f"{row['name']:40} {row['wall']:7.2f} {row['mb_s']:7.1f}  {row['same_ids']}")
     print()

@@ -192,3 +192,46 @@ def test_fast_self_encoding_check_is_exact():
         assert fast == slow, (seed, merges)
         outcomes.add(slow)
     assert outcomes == {True, False}
+
+
+def test_fast_parsers_agree_with_the_line_by_line_ones(tmp_path, golden_bpe):
+    """The few-C-calls parsers give exactly what the per-line ones (which name a bad line)
+    give, and leave every input they do not fully understand to them."""
+    from packlm.tokenizer import formats
+
+    text = (golden_bpe / "gpt2_merges.txt").read_text(encoding="utf-8")
+    good = [
+        text,
+        text.replace("\n", "\r\n"),
+        "Ġ t\n\nh e",
+        "#version: 0.2",
+        "",
+        "a b\n\n\nc d\r\r\n",
+    ]
+    for k, case in enumerate(good):
+        path = tmp_path / f"good{k}.txt"
+        path.write_text(case, encoding="utf-8", newline="")
+        slow = formats._merges_naming_the_bad_line(path, case.split("\n"))
+        assert formats.read_merges_txt(path) == slow and all(type(a) is bytes for a, _ in slow)
+    for k, case in enumerate(
+        ["a b c", "a\tb", "a  b", " a b", "a b \n", "a\xa0b c", "ab", "a\x1cb", "a€ b", "a\x00 b"]
+    ):
+        path = tmp_path / f"bad{k}.txt"
+        path.write_text(f"a b\n{case}\nc d", encoding="utf-8", newline="")
+        with pytest.raises(ValueError, match=f"bad{k}.txt:2: expected two"):
+            formats.read_merges_txt(path)
+
+    table = json.loads((golden_bpe / "gpt2_vocab.json").read_text(encoding="utf-8"))
+    table.update({"<|é|>": len(table), "<|🙂|>": len(table) + 1, "<|x|>": len(table) + 2})
+    for specials in ([EOT], [EOT, "<|é|>", "<|x|>"], ["<|é|>", "<|🙂|>"]):
+        if "<|🙂|>" not in specials:
+            table.pop("<|🙂|>", None)
+        path = tmp_path / "vocab.json"
+        path.write_text(json.dumps(table, ensure_ascii=False), encoding="utf-8")
+        fast = formats.read_vocab_json(path, specials)
+        assert fast == formats._vocab_naming_the_bad_entry(path, table, set(specials))
+        assert fast[table["<|é|>"]] == ("<|é|>".encode() if "<|é|>" in specials else b"<|\xe9|>")
+    for bad in ({"a": 1.0}, {"a": True}, {"a": 0, "b": 0}, {"a b": 0}, {"a": [0]}):
+        path.write_text(json.dumps(bad), encoding="utf-8")
+        with pytest.raises(ValueError, match="vocab.json: (bad entry|id 0 appears twice)"):
+            formats.read_vocab_json(path, [])

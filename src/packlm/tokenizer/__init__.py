@@ -10,7 +10,8 @@
    ranks, Hugging Face tokenizer.json (export and import); `cache.load_path` picks the reader
    for `tokenizer.path`.
 6. `cache.py`: `get_tokenizer` -> `tokenizer.path`, or the tokenizer trained on the training
-   documents, cached under `<cache_dir>/tokenizers/<digest>`.
+   documents, cached under `<cache_dir>/tokenizers/<digest>`; `with_tables` keeps what loading
+   files derives under `<cache_dir>/tokenizers/tables/<sha256 of the files>.npz`.
 """
 
 from packlm.tokenizer.pretokenize import CL100K_PATTERN, GPT2_PATTERN

@@ -3,16 +3,27 @@
 A trained tokenizer depends on the training documents (never the validation split) and
 the tokenizer options, so it is cached under `<cache_dir>/tokenizers/<digest>` of exactly
 those; a second run, or a sweep that changes only `data.window`, loads it in milliseconds.
+
+Loading files (GPT-2's, a saved directory) derives id tables and checks them (the ids of
+every merge, the digest, whether tiktoken gives the same ids): `with_tables` keeps those
+results under `<cache_dir>/tables/<key>.npz`, keyed by sha256 of the files' bytes, the load
+options and packlm's code that derives them, so a later load of the same bytes only reads
+arrays. A missing, corrupt or foreign entry is recomputed, never trusted.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from packlm.cache.entry import locked, replace_dir, temporary_sibling
 from packlm.cache.fingerprint import describe_change, digest, latest
@@ -23,6 +34,9 @@ log = logging.getLogger(__name__)
 
 CACHE_FILE = "packlm_cache.json"
 """Written next to the tokenizer's own files: the fingerprint it was trained for."""
+TABLES_FORMAT = "packlm-tables-1"
+ARRAYS = ("tokens", "ends", "byte_ids", "merge_ids")  # the arrays of a tables file
+FACTS = ("pattern", "special_token_ids", "digest", "tiktoken")  # and its JSON facts
 
 
 def cache_fingerprint(cfg: TokenizerConfig, training_documents: dict[str, Any]) -> dict[str, Any]:
@@ -45,19 +59,19 @@ def get_tokenizer(
 
     `train_texts()` streams the training split's texts; it is called only when training.
     """
+    root = Path(cache_dir) / "tokenizers"
     if cfg.path is not None:
-        return load_path(cfg.path, "tokenizer.path", cfg.special_tokens, cfg.pattern), Path(
-            cfg.path
-        )
+        specials, pattern = cfg.special_tokens, cfg.pattern
+        return load_path(cfg.path, "tokenizer.path", specials, pattern, root), Path(cfg.path)
 
     fingerprint = cache_fingerprint(cfg, training_documents)
-    root = Path(cache_dir) / "tokenizers"
     dest = root / digest(fingerprint)
-    tokenizer, problem = _load_cached(dest, fingerprint)
+    tokenizer, problem = _load_cached(dest, fingerprint, root)
     if tokenizer is not None:
         return tokenizer, dest
     with locked(dest):
-        tokenizer, problem = _load_cached(dest, fingerprint)  # another process may have trained it
+        # another process may have trained it
+        tokenizer, problem = _load_cached(dest, fingerprint, root)
         if tokenizer is not None:
             return tokenizer, dest
         reason = problem or describe_change(
@@ -86,12 +100,14 @@ def load_path(
     key: str = "tokenizer.path",
     special_tokens: Iterable[str] = ("<|endoftext|>", "<|pad|>"),
     pattern: str = "gpt2",
+    cache_dir: str | Path | None = None,
 ) -> Any:
     """The tokenizer at `path`: a packlm saved directory, a GPT-2 style vocab.json +
     merges.txt directory, a Hugging Face tokenizer.json (or a directory holding one), or
     a .tiktoken ranks file. Files without their own special tokens and pattern (GPT-2's,
     .tiktoken) take `special_tokens` / `pattern`; those of a tokenizer.json are added to
-    `special_tokens` (a missing one, e.g. "<|pad|>", gets a new id at the end)."""
+    `special_tokens` (a missing one, e.g. "<|pad|>", gets a new id at the end). With a
+    `cache_dir`, the first two keep their derived tables there (`with_tables`)."""
     from packlm.tokenizer import Tokenizer, formats, hf
 
     path = Path(path)
@@ -100,10 +116,10 @@ def load_path(
     specials = list(special_tokens)
     try:
         if path.is_dir() and _is_packlm_dir(path):
-            return Tokenizer.load(path)
+            return Tokenizer.load(path, cache_dir=cache_dir)
         if path.is_dir() and (path / formats.VOCAB).is_file() and (path / formats.MERGES).is_file():
             return Tokenizer.from_files(path / formats.VOCAB, path / formats.MERGES, specials,
-                                        pattern=pattern)  # fmt: skip
+                                        pattern, cache_dir=cache_dir)  # fmt: skip
         if path.is_dir() and (path / "tokenizer.json").is_file():
             path = path / "tokenizer.json"
         if path.is_file() and path.suffix == ".json":
@@ -133,7 +149,7 @@ def _is_packlm_dir(path: Path) -> bool:
     return isinstance(config, dict) and config.get("format") == formats.FORMAT
 
 
-def _load_cached(dest: Path, fingerprint: dict[str, Any]) -> tuple[Any, str | None]:
+def _load_cached(dest: Path, fingerprint: dict[str, Any], root: Path) -> tuple[Any, str | None]:
     """(tokenizer, None) on a hit; (None, why not) when the entry exists but is unusable."""
     from packlm.tokenizer import Tokenizer
 
@@ -144,7 +160,7 @@ def _load_cached(dest: Path, fingerprint: dict[str, Any]) -> tuple[Any, str | No
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("fingerprint") != fingerprint:
             return None, f"{meta_path} was written for another fingerprint"
-        return Tokenizer.load(dest), None
+        return Tokenizer.load(dest, cache_dir=root), None
     except Exception as e:  # any unreadable cache entry is rebuilt, never trusted
         return None, f"the cached tokenizer in {dest} cannot be loaded ({type(e).__name__}: {e})"
 
@@ -156,3 +172,87 @@ def _train(cfg: TokenizerConfig, texts: Iterable[str], progress: bool) -> Any:
         texts, cfg.vocab_size, list(cfg.special_tokens), pattern=cfg.pattern, progress=progress
     )
     return Tokenizer(vocab, merges, special_tokens=list(cfg.special_tokens), pattern=cfg.pattern)
+
+
+def with_tables(cls, cache_dir, files: list, options: dict, build: Callable, engine: str):
+    """`build()`'s tokenizer; with a `cache_dir`, read from the tables an earlier build from
+    files of the same bytes and options left there (then kept for the next load)."""
+    key = None if cache_dir is None else _tables_key(files, options)
+    if key is None:  # no cache, or a file cannot be read: build() names it
+        return build()
+    path = Path(cache_dir) / "tables" / f"{key}.npz"
+    tables = _read_tables(path)
+    if tables is not None:
+        return cls._from_tables(tables, engine)
+    tokenizer = build()
+    if _tables_key(files, options) == key:  # no file changed while build() read it
+        _write_tables(path, tokenizer._tables())
+    return tokenizer
+
+
+def _tables_key(files: list, options: dict) -> str | None:
+    from packlm.tokenizer import encoder, formats, tokenizer
+
+    h = hashlib.sha256(f"{TABLES_FORMAT}\0{json.dumps(options)}\0".encode())
+    # the code that derives the tables too: a packlm that derives them differently never
+    # reads these (the pattern is not in them: every load resolves it again)
+    code = [m.__file__ for m in (encoder, formats, tokenizer)] + [__file__]
+    try:
+        for path in [*files, *code]:
+            data = Path(path).read_bytes()
+            h.update(len(data).to_bytes(8, "little") + data)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def _checksum(facts: dict, arrays: list[np.ndarray]) -> str:
+    h = hashlib.sha256(json.dumps(facts, sort_keys=True).encode())
+    for a in arrays:
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _write_tables(path: Path, tables: dict) -> None:
+    """Arrays + their sha256 and the small facts in JSON; a temporary name, then renamed."""
+    table = tables["table"]
+    arrays = [
+        np.frombuffer(b"".join(table), dtype=np.uint8),
+        np.cumsum([len(t) for t in table], dtype=np.int64),
+        np.array(tables["byte_ids"], dtype=np.int32),
+        np.array(tables["merge_ids"], dtype=np.int32).reshape(-1, 3),
+    ]
+    facts = {k: tables[k] for k in FACTS}
+    meta = {"format": TABLES_FORMAT, "sha256": _checksum(facts, arrays), "facts": facts}
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            np.savez(f, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+                     **dict(zip(ARRAYS, arrays, strict=True)))  # fmt: skip
+        os.replace(tmp, path)
+    except OSError as e:  # only a cache: the tokenizer itself is fine
+        log.warning("cannot keep the tokenizer tables in %s: %s", path, e)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
+def _read_tables(path: Path) -> dict | None:
+    """The tables at `path`, or None when absent or not exactly what was written."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(z["meta"].tobytes())
+            arrays = [z[k] for k in ARRAYS]
+        facts = meta["facts"]
+        if meta["format"] != TABLES_FORMAT or meta["sha256"] != _checksum(facts, arrays):
+            raise ValueError("checksum or format mismatch")
+        tokens, ends, byte_ids, merge_ids = arrays
+        blob, ends = tokens.tobytes(), ends.tolist()
+        table = [blob[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        return {"table": table, "byte_ids": byte_ids.tolist(), "merge_ids": merge_ids, **facts}
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except Exception as e:  # any unreadable entry is recomputed, never trusted
+        log.warning("recomputing the tokenizer tables %s (%s: %s)", path, type(e).__name__, e)
+        return None

@@ -6,6 +6,7 @@ tiktoken's Rust core when it is installed and provably equivalent for the vocabu
 (`tiktoken_ranks` says when). tiktoken ranks a pair by the rank of the token it
 would form and returns a pre-token that is itself a token at once; that equals merge
 order BPE when every merged token encodes to itself and merge ids rise in merge order.
+`id_tables` turns a checked vocab and merges into the ids both engines work with.
 """
 
 from __future__ import annotations
@@ -24,6 +25,56 @@ def _utf8(piece: str) -> bytes:
         return piece.encode("utf-8")
     except UnicodeEncodeError:
         return piece.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+
+
+def id_tables(
+    vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], special_tokens: list[str]
+) -> tuple[dict[int, bytes], dict[str, int], list[int], list[tuple[int, int, int]]]:
+    """(vocab with the special tokens, special token -> id, byte value -> id, (left id,
+    right id, merged id) per merge) of a checked vocabulary; ids are found from the bytes.
+    Each special token gets the lowest id holding its bytes, else a new id at the end."""
+    vocab = _check_vocab(vocab)
+    special_ids = {}
+    for s in special_tokens:
+        token = s.encode("utf-8")
+        found = [i for i, t in vocab.items() if t == token]
+        special_ids[s] = min(found) if found else len(vocab)
+        vocab.setdefault(special_ids[s], token)
+    specials = set(special_ids.values())
+    n = len(vocab)  # ordinary bytes -> id (the lowest, should two share them):
+    ids_of = {vocab[i]: i for i in range(n - 1, -1, -1) if i not in specials}
+    missing = [b for b in range(256) if bytes([b]) not in ids_of]
+    if missing:
+        raise ValueError(f"vocab: no id for the byte(s) {missing[:8]} (all 256 are needed)")
+    byte_ids = [ids_of[bytes([b])] for b in range(256)]
+    try:
+        merge_ids = [(ids_of[a], ids_of[b], ids_of[a + b]) for a, b in merges]
+    except KeyError:  # name the first merge that does not fit
+        k = next(k for k, (a, b) in enumerate(merges) if {a, b, a + b} - ids_of.keys())
+        raise ValueError(
+            f"merges[{k}] = {merges[k]}: a token or their merge is not in vocab"
+        ) from None
+    return vocab, special_ids, byte_ids, merge_ids
+
+
+def _check_vocab(vocab: dict[int, bytes]) -> dict[int, bytes]:
+    if not isinstance(vocab, dict) or not vocab:
+        raise ValueError("vocab: expected a non-empty dict[int, bytes]")
+    if all(type(i) is int for i in vocab) and all(type(t) is bytes for t in vocab.values()):
+        out = dict(vocab)  # the common case, checked without a Python step per entry
+    else:
+        out = {}
+        for i, t in vocab.items():
+            if (
+                isinstance(i, bool)
+                or not isinstance(i, int)
+                or not isinstance(t, bytes | bytearray)
+            ):
+                raise ValueError(f"vocab: entry {i!r}: {t!r} is not int -> bytes")
+            out[i] = bytes(t)
+    if len(out) - 1 != max(out) or min(out) != 0:
+        raise ValueError(f"vocab: ids must be 0..{len(out) - 1} without gaps")
+    return out
 
 
 class PythonEncoder:
@@ -74,6 +125,25 @@ class PythonEncoder:
                 cache[piece] = ids
             out += ids
         return out
+
+
+CHECK_VERSION = 1
+"""Of the check in `tiktoken_ranks`: a verdict found by another version is checked again."""
+
+
+def tiktoken_verdict(digest: str, passed: bool) -> dict:
+    """What `tiktoken_ranks` found for the tables of `digest`, as plain data: a tokenizer's
+    state (checkpoints, meta.pkl) carries it, so that `Tokenizer(**state)` skips the check."""
+    return {"digest": digest, "check": CHECK_VERSION, "tiktoken_ranks": passed}
+
+
+def trusted_verdict(found: object, digest: str) -> bool | None:
+    """`found`'s pass or fail if this check found it for the tables of `digest` (recomputed
+    by the caller from the tables it loads, never taken from `found`); else None: check."""
+    if not isinstance(found, dict) or found.get("check") != CHECK_VERSION:
+        return None
+    passed = found.get("tiktoken_ranks")
+    return passed if type(passed) is bool and found.get("digest") == digest else None
 
 
 def tiktoken_ranks(
@@ -163,3 +233,20 @@ def tiktoken_encoding(ranks: dict[bytes, int], pattern: str, name: str, special_
         )
     except Exception:  # fancy-regex rejects the pattern
         return None
+
+
+def tiktoken_export(ranks: dict[bytes, int] | None, pattern: str, name: str, special_tokens):
+    """`Tokenizer.to_tiktoken`: the Encoding, or a clear error why there is none."""
+    try:
+        import tiktoken  # noqa: F401
+    except ImportError:
+        raise ImportError('to_tiktoken() needs tiktoken: pip install "packlm[tiktoken]"') from None
+    if ranks is None:
+        raise ValueError(
+            "no tiktoken Encoding gives this vocabulary's ids: merge ids do not rise in "
+            "merge order, or a merged token does not encode to itself"
+        )
+    encoding = tiktoken_encoding(ranks, pattern, name, special_tokens)
+    if encoding is None:
+        raise ValueError(f"tiktoken cannot compile the pattern {pattern!r}")
+    return encoding

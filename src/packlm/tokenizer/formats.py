@@ -12,12 +12,16 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import hashlib
+import itertools
 import json
 import os
+import re
 from pathlib import Path
 
 FORMAT, VERSION = "packlm-bpe", 1
 CONFIG, VOCAB, MERGES = "tokenizer_config.json", "vocab.json", "merges.txt"
+SAVED_FILES = (CONFIG, VOCAB, MERGES)
 
 
 PRINTABLE_BYTES = [
@@ -45,6 +49,7 @@ def _byte_chars() -> list[str]:
 BYTE_CHARS = _byte_chars()
 _TO_CHAR = {b: c for b, c in enumerate(BYTE_CHARS)}  # str.translate table over latin-1
 _TO_BYTES = codecs.charmap_build("".join(BYTE_CHARS))  # a codec: one C call per token
+_MERGE_LINES = re.compile(r"(?:\S+ \S+(?:\n|\Z)|\n)*")  # "left right" lines, or empty
 
 
 def to_unicode(token: bytes) -> str:
@@ -57,6 +62,19 @@ def from_unicode(text: str) -> bytes | None:
         return codecs.charmap_encode(text, "strict", _TO_BYTES)[0]
     except UnicodeEncodeError:
         return None
+
+
+def digest(pattern_regex: str, special_tokens: list[str], table: list[bytes], merges) -> str:
+    """`Tokenizer.digest()`: sha256 over pattern, special tokens, vocab (in id order) and merges."""
+    h = hashlib.sha256(b"packlm-bpe-1\0")
+    h.update(pattern_regex.encode("utf-8") + b"\0")
+    h.update(json.dumps(special_tokens).encode("utf-8") + b"\0")
+    h.update(b"".join([len(t).to_bytes(4, "little") + t for t in table]))
+    h.update(
+        b"".join([len(a).to_bytes(4, "little") + a + len(b).to_bytes(4, "little") + b
+                  for a, b in merges])
+    )  # fmt: skip
+    return h.hexdigest()
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -102,6 +120,13 @@ def read_vocab_json(path: str | os.PathLike, special_tokens: list[str]) -> dict[
     return _vocab_naming_the_bad_entry(path, table, specials)
 
 
+def _split_tokens(texts: list[str]) -> list[bytes]:
+    """[from_unicode(t) for t in texts] in a few C calls (UnicodeEncodeError if one is not)."""
+    blob = codecs.charmap_encode("".join(texts), "strict", _TO_BYTES)[0]  # a byte per character
+    ends = list(itertools.accumulate(map(len, texts)))
+    return list(map(blob.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+
 def _vocab_naming_the_bad_entry(path: Path, table: dict, specials: set[str]) -> dict[int, bytes]:
     vocab: dict[int, bytes] = {}
     for text, i in table.items():
@@ -117,19 +142,15 @@ def _vocab_naming_the_bad_entry(path: Path, table: dict, specials: set[str]) -> 
 def read_merges_txt(path: str | os.PathLike) -> list[tuple[bytes, bytes]]:
     """One merge per line, "left right"; an optional first line "#version: ..."."""
     path = Path(path)
-    lines = _read_text(path, "merges_path").split("\n")
-    start = 1 if lines and lines[0].startswith("#version") else 0
-    rows = [line.rstrip("\r").split(" ") for line in lines[start:] if line]
-    encode = codecs.charmap_encode
-    try:  # the fast path: no Python work per character
-        merges = [
-            (encode(a, "strict", _TO_BYTES)[0], encode(b, "strict", _TO_BYTES)[0]) for a, b in rows
-        ]
-        if all(a and b for a, b in merges):
-            return merges
-    except (ValueError, UnicodeEncodeError):
-        pass
-    return _merges_naming_the_bad_line(path, lines)
+    text = _read_text(path, "merges_path")
+    body = text.partition("\n")[2] if text.startswith("#version") else text
+    if _MERGE_LINES.fullmatch(body):  # the fast path: split and encoded in a few C calls
+        try:
+            tokens = iter(_split_tokens(body.split()))
+            return list(zip(tokens, tokens, strict=False))  # (left, right) pairs
+        except UnicodeEncodeError:  # a character outside the byte map: named below
+            pass
+    return _merges_naming_the_bad_line(path, text.split("\n"))
 
 
 def _merges_naming_the_bad_line(path: Path, lines: list[str]) -> list[tuple[bytes, bytes]]:

@@ -6,14 +6,13 @@ token last; packlm's trainer puts special tokens first): ids are found from the 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from packlm.tokenizer.encoder import PythonEncoder, tiktoken_encoding, tiktoken_ranks
+from packlm.tokenizer import encoder, formats
+from packlm.tokenizer.encoder import PythonEncoder, id_tables, tiktoken_ranks
 from packlm.tokenizer.pretokenize import (
     check_special_tokens,
     resolve_pattern,
@@ -26,8 +25,8 @@ STREAM_CHARS = 1 << 16  # text buffered by encode_iterable before it looks for a
 
 
 class Tokenizer:
-    """Byte-level BPE. engine: "auto" (tiktoken when installed and equivalent, else
-    Python), "python", or "tiktoken" (an error when that is not possible)."""
+    """Byte-level BPE. engine: "auto" (tiktoken when installed and equivalent, else Python),
+    "python", or "tiktoken" (an error when that is impossible). verdict: `__getstate__`'s."""
 
     def __init__(
         self,
@@ -37,49 +36,73 @@ class Tokenizer:
         pattern: str = "gpt2",
         *,
         engine: str = "auto",
+        verdict: dict | None = None,
     ):
+        self._set_options(pattern, engine)
+        self.special_tokens = check_special_tokens(special_tokens)
+        self._merges = [(bytes(a), bytes(b)) for a, b in merges]
+        self.vocab, self.special_token_ids, self._byte_ids, self._merge_list = id_tables(
+            vocab, self._merges, self.special_tokens
+        )
+        self._table = [self.vocab[i] for i in range(len(self.vocab))]
+        self._merge_array = None
+        self._start()
+        passed = None if verdict is None else encoder.trusted_verdict(verdict, self.digest())
+        if passed is not None:  # `verdict` is of these very tables: the check is not rerun
+            self.tiktoken_checked, self._ranks = passed, (None if passed else {})
+
+    def _set_options(self, pattern: str, engine: str) -> None:
         if engine not in ("auto", "python", "tiktoken"):
             raise ValueError(f"engine={engine!r}: expected 'auto', 'python' or 'tiktoken'")
         self.pattern, self.engine_request = pattern, engine
         self.pattern_regex = resolve_pattern(pattern)
-        self.special_tokens = check_special_tokens(special_tokens)
-        self.vocab = _check_vocab(vocab)
-        self.merges = [(bytes(a), bytes(b)) for a, b in merges]
 
-        self.special_token_ids = self._place_special_tokens()
-        specials = set(self.special_token_ids.values())
-        n = len(self.vocab)  # ordinary bytes -> id (the lowest, should two share them):
-        ids_of = {self.vocab[i]: i for i in range(n - 1, -1, -1) if i not in specials}
-        missing = [b for b in range(256) if bytes([b]) not in ids_of]
-        if missing:
-            raise ValueError(f"vocab: no id for the byte(s) {missing[:8]} (all 256 are needed)")
-        self._byte_ids = [ids_of[bytes([b])] for b in range(256)]
-        try:  # (left id, right id, merged id) in merge order
-            self._merge_ids = [(ids_of[a], ids_of[b], ids_of[a + b]) for a, b in self.merges]
-        except KeyError:  # name the first merge that does not fit
-            k = next(k for k, (a, b) in enumerate(self.merges) if {a, b, a + b} - ids_of.keys())
-            bad = f"merges[{k}] = {self.merges[k]}"
-            raise ValueError(f"{bad}: a token or their merge is not in vocab") from None
-
-        self._table = [self.vocab[i] for i in range(len(self.vocab))]
+    def _start(self) -> None:
+        """The state both constructors share; what is derived later starts empty."""
         self._specials_re = special_regex(self.special_tokens)
         self._longest_special = max(map(len, self.special_tokens), default=0)
-        self._encoder = None  # built at the first encode
-        self._engine = ""
+        self._encoder, self._engine = None, ""  # built at the first encode
         self._reference: PythonEncoder | None = None
         self._ranks: dict[bytes, int] | None = None  # tiktoken's ranks ({}: none can work)
         self._digest: str | None = None
-        self.tiktoken_checked = False  # set by formats.load_dir when the saved config vouches
+        self.tiktoken_checked = False  # set when a saved config (or a pickle) vouches
 
-    def _place_special_tokens(self) -> dict[str, int]:
-        """Each special token gets the lowest id holding its bytes, else a new id at the end."""
-        ids = {}
-        for s in self.special_tokens:
-            token = s.encode("utf-8")
-            found = [i for i, t in self.vocab.items() if t == token]
-            ids[s] = min(found) if found else len(self.vocab)
-            self.vocab.setdefault(ids[s], token)
-        return ids
+    @classmethod
+    def _from_tables(cls, tables: dict, engine: str = "auto") -> Tokenizer:
+        """The tokenizer whose `_tables()` these are (kept by cache.py for the same files):
+        nothing is checked again; merges become Python objects only when asked for."""
+        self = cls.__new__(cls)
+        self._set_options(tables["pattern"], engine)
+        self.special_token_ids = tables["special_token_ids"]
+        self.special_tokens = list(self.special_token_ids)
+        self._table, self._byte_ids = tables["table"], tables["byte_ids"]
+        self.vocab = dict(enumerate(self._table))
+        self._merge_array = tables["merge_ids"]  # (merges, 3) int: left, right, merged id
+        self._merges = self._merge_list = None
+        self._start()
+        self._digest = tables["digest"]
+        ids = self._byte_ids + self._merge_array[:, 2].tolist()  # as tiktoken_ranks orders them
+        self._ranks = {self._table[i]: i for i in ids} if tables["tiktoken"] else {}
+        return self
+
+    def _tables(self) -> dict:
+        """What a load derives from its files, for cache.py to keep (exact: no check skipped)."""
+        return {"table": self._table, "byte_ids": self._byte_ids, "pattern": self.pattern,
+                "merge_ids": self._merge_ids, "special_token_ids": self.special_token_ids,
+                "digest": self.digest(), "tiktoken": self._tiktoken_ranks() is not None}  # fmt: skip
+
+    @property
+    def merges(self) -> list[tuple[bytes, bytes]]:
+        """The merges in order, as (left bytes, right bytes)."""
+        if self._merges is None:  # loaded from tables: made from the merge ids
+            self._merges = [(self._table[a], self._table[b]) for a, b, _ in self._merge_ids]
+        return self._merges
+
+    @property
+    def _merge_ids(self) -> list[tuple[int, int, int]]:  # (left, right, merged id) per merge
+        if self._merge_list is None:
+            self._merge_list = list(map(tuple, self._merge_array.tolist()))
+        return self._merge_list
 
     # ---- encoding -------------------------------------------------------------------
 
@@ -92,7 +115,7 @@ class Tokenizer:
         fast = None
         if self.engine_request != "python":
             ranks = self._tiktoken_ranks()
-            encoding = ranks and tiktoken_encoding(ranks, self.pattern_regex, self._name())
+            encoding = ranks and encoder.tiktoken_encoding(ranks, self.pattern_regex, "packlm")
             fast = encoding.encode_ordinary if encoding else None
             if fast is None and self.engine_request == "tiktoken":
                 raise ValueError(
@@ -115,29 +138,12 @@ class Tokenizer:
             self._ranks = ranks or {}
         return self._ranks or None
 
-    def _name(self) -> str:  # the tiktoken Encoding's name
-        return f"packlm-{self.digest()[:16]}"
-
     def to_tiktoken(self):
         """A `tiktoken.Encoding` giving the same ids, special tokens included (as with any
         tiktoken Encoding, `encode(text, allowed_special="all")` is this `encode`)."""
-        try:
-            import tiktoken  # noqa: F401
-        except ImportError:
-            raise ImportError(
-                'to_tiktoken() needs tiktoken: pip install "packlm[tiktoken]"'
-            ) from None
-        ranks = self._tiktoken_ranks()
-        if ranks is None:
-            raise ValueError(
-                "no tiktoken Encoding gives this vocabulary's ids: merge ids do not rise in "
-                "merge order, or a merged token does not encode to itself"
-            )
-        name, specials = self._name(), self.special_token_ids
-        encoding = tiktoken_encoding(ranks, self.pattern_regex, name, specials)
-        if encoding is None:
-            raise ValueError(f"tiktoken cannot compile the pattern {self.pattern!r}")
-        return encoding
+        name = f"packlm-{self.digest()[:16]}"
+        return encoder.tiktoken_export(self._tiktoken_ranks(), self.pattern_regex, name,
+                               self.special_token_ids)  # fmt: skip
 
     @property
     def engine(self) -> str:
@@ -210,19 +216,9 @@ class Tokenizer:
     def digest(self) -> str:
         """sha256 over pattern, special tokens, vocab and merges: same digest, same ids."""
         if self._digest is None:
-            self._digest = self._compute_digest()
+            args = self.pattern_regex, self.special_tokens, self._table, self.merges
+            self._digest = formats.digest(*args)
         return self._digest
-
-    def _compute_digest(self) -> str:
-        h = hashlib.sha256(b"packlm-bpe-1\0")
-        h.update(self.pattern_regex.encode("utf-8") + b"\0")
-        h.update(json.dumps(self.special_tokens).encode("utf-8") + b"\0")
-        h.update(b"".join([len(t).to_bytes(4, "little") + t for t in self._table]))
-        h.update(
-            b"".join([len(a).to_bytes(4, "little") + a + len(b).to_bytes(4, "little") + b
-                      for a, b in self.merges])
-        )  # fmt: skip
-        return h.hexdigest()
 
     # ---- files and pickling ----------------------------------------------------------
 
@@ -232,26 +228,43 @@ class Tokenizer:
         vocab_path: str | os.PathLike,
         merges_path: str | os.PathLike,
         special_tokens: Iterable[str] | None = None,
-        **kwargs,
+        pattern: str = "gpt2",
+        *,
+        engine: str = "auto",
+        cache_dir: str | os.PathLike | None = None,
     ) -> Tokenizer:
-        """Load GPT-2 style vocab.json + merges.txt (byte-to-unicode strings)."""
-        from packlm.tokenizer import formats
+        """Load GPT-2 style vocab.json + merges.txt (byte-to-unicode strings). With a
+        `cache_dir`, what loading derives is kept there for the next load (cache.py)."""
+        from packlm.tokenizer import cache
 
         special_tokens = check_special_tokens(special_tokens)
-        vocab = formats.read_vocab_json(vocab_path, special_tokens)
-        return cls(vocab, formats.read_merges_txt(merges_path), special_tokens, **kwargs)
+
+        def build() -> Tokenizer:
+            vocab = formats.read_vocab_json(vocab_path, special_tokens)
+            merges = formats.read_merges_txt(merges_path)
+            return cls(vocab, merges, special_tokens, pattern, engine=engine)
+
+        options = {"files": "gpt2", "special_tokens": special_tokens, "pattern": pattern}
+        return cache.with_tables(cls, cache_dir, [vocab_path, merges_path], options, build, engine)
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write vocab.json, merges.txt and tokenizer_config.json (each atomically)."""
-        from packlm.tokenizer import formats
-
         formats.save_dir(self, directory)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, **kwargs) -> Tokenizer:
-        from packlm.tokenizer import formats
+    def load(
+        cls,
+        directory: str | os.PathLike,
+        *,
+        engine: str = "auto",
+        cache_dir: str | os.PathLike | None = None,
+    ) -> Tokenizer:
+        """Load a directory written by `save` (its digest checked); `cache_dir` as in from_files."""
+        from packlm.tokenizer import cache
 
-        return formats.load_dir(cls, directory, **kwargs)
+        files = [os.path.join(directory, name) for name in formats.SAVED_FILES]
+        build = lambda: formats.load_dir(cls, directory, engine=engine)  # noqa: E731
+        return cache.with_tables(cls, cache_dir, files, {"files": "saved"}, build, engine)
 
     def save_hf(self, path: str | os.PathLike) -> None:
         """Write a Hugging Face tokenizer.json giving the same ids."""
@@ -259,40 +272,29 @@ class Tokenizer:
 
         hf.save_tokenizer_json(self, path)
 
-    def __getstate__(self) -> dict:
-        return {
-            "vocab": {i: t for i, t in enumerate(self._table)},
-            "merges": self.merges,
-            "special_tokens": self.special_tokens,
-            "pattern": self.pattern,
-            "engine": self.engine_request,
-        }
+    def __getstate__(self, check: bool = True) -> dict:
+        """Plain data (checkpoints, meta.pkl); `Tokenizer(**state)` trusts its tiktoken verdict
+        (checked here unless check=False) only for tables of its digest: 0.02 s, the check 0.2."""
+        state = {"vocab": dict(enumerate(self._table)), "merges": self.merges,
+                 "special_tokens": self.special_tokens, "pattern": self.pattern,
+                 "engine": self.engine_request}  # fmt: skip
+        if check or self._ranks is not None or self.tiktoken_checked:
+            passed = self._tiktoken_ranks() is not None
+            state["verdict"] = encoder.tiktoken_verdict(self.digest(), passed)
+        return state
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict) -> None:  # pickles of older versions
         self.__init__(**state)
 
+    def __reduce__(self):  # pickle (worker processes): a verdict travels only if found
+        return _unpickle, (type(self), self.__getstate__(check=False))
+
     def __repr__(self) -> str:
-        return (
-            f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
-            f"special_tokens={self.special_tokens}, pattern={self.pattern!r})"
-        )
+        return (f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self._merge_ids)}, "
+                f"special_tokens={self.special_tokens}, pattern={self.pattern!r})")  # fmt: skip
 
 
-def _check_vocab(vocab: dict[int, bytes]) -> dict[int, bytes]:
-    if not isinstance(vocab, dict) or not vocab:
-        raise ValueError("vocab: expected a non-empty dict[int, bytes]")
-    if all(type(i) is int for i in vocab) and all(type(t) is bytes for t in vocab.values()):
-        out = dict(vocab)  # the common case, checked without a Python step per entry
-    else:
-        out = {}
-        for i, t in vocab.items():
-            if (
-                isinstance(i, bool)
-                or not isinstance(i, int)
-                or not isinstance(t, bytes | bytearray)
-            ):
-                raise ValueError(f"vocab: entry {i!r}: {t!r} is not int -> bytes")
-            out[i] = bytes(t)
-    if len(out) - 1 != max(out) or min(out) != 0:
-        raise ValueError(f"vocab: ids must be 0..{len(out) - 1} without gaps")
-    return out
+def _unpickle(cls, state: dict, tiktoken_checked: bool = False) -> Tokenizer:
+    tokenizer = cls(**state)
+    tokenizer.tiktoken_checked |= tiktoken_checked  # an older pickle: its process checked
+    return tokenizer
