@@ -1,6 +1,8 @@
-"""Token-store build throughput on the default corpus, against tiktoken on the same documents.
+"""Token-store build throughput on the default corpus, against tiktoken on the same documents;
+and a large corpus through `python -m packlm.prepare`, against Hugging Face `tokenizers`.
 
     python bench/store.py [--vocab-size 4096] [--repeat 3]
+    python bench/store.py --large [--size-mb 1000] [--vocab-size 4096]
 
 Rows: the packlm store build (both splits: read, split, encode, write) in-process and
 with every core; tiktoken encoding the same documents single-threaded, with an Encoding
@@ -9,6 +11,15 @@ MB of source text per second; CPU s counts the workers too (on a busy machine co
 CPU s, not seconds); peak RSS is the high-water mark of the main process and of the
 largest worker. Each row runs in a fresh process so the peaks do not mix. The tokenizer
 is trained once and cached in .cache/packlm-bench.
+
+--large: a synthetic corpus of --size-mb MB (the stdlib corpus, copied with light mutation:
+each copy of a file swaps a few letter pairs, one of four fixed swaps, so the vocabulary of
+pre-tokens stays bounded, and gets a header line), one file per document, generated offline.
+Rows: `python -m packlm.prepare` (tokenizer training, both stores, the verifying pass) and HF
+`tokenizers` (ByteLevel BPE, GPT-2 pattern, same vocab size: training from the same documents,
+then encode_batch over them), each a fresh process; wall time, CPU, and the peak of the summed
+RSS and PSS of the whole process tree (main + workers; PSS splits pages a fork shares, so it
+is the memory really used) sampled every 100 ms; ratios packlm / HF. Needs psutil.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -117,16 +129,8 @@ def _peak_rss() -> dict:
 
 def measure(row: str, vocab_size: int, workers: int = 0) -> dict:
     """One row in a fresh interpreter (a clean peak RSS)."""
-    cmd = [
-        sys.executable,
-        __file__,
-        "--row",
-        row,
-        "--vocab-size",
-        str(vocab_size),
-        "--workers",
-        str(workers),
-    ]
+    cmd = [sys.executable, __file__, "--row", row, "--vocab-size", str(vocab_size)]
+    cmd += ["--workers", str(workers)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -137,9 +141,17 @@ def main() -> None:
     )
     parser.add_argument("--vocab-size", type=int, default=4096)
     parser.add_argument("--repeat", type=int, default=3, help="best of N runs per row")
-    parser.add_argument("--row", choices=["packlm", "tiktoken"], help=argparse.SUPPRESS)
+    parser.add_argument("--large", action="store_true", help="the large-corpus case")
+    parser.add_argument("--size-mb", type=float, default=1000, help="--large corpus size")
+    parser.add_argument("--row", choices=["packlm", "tiktoken", "hf"], help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--corpus", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.row == "hf":
+        print(json.dumps(run_hf(Path(args.corpus), args.vocab_size)))
+        return
+    if args.large:
+        return large(args.size_mb, args.vocab_size)
     if args.row == "packlm":
         print(json.dumps(run_packlm(args.vocab_size, args.workers)))
         return
@@ -176,6 +188,112 @@ def main() -> None:
             f"{r['peak_rss_mb']:11.0f} {worker:>13}"
         )
     print(f"tiktoken ids equal packlm's for {base['same_ids']:.1%} of documents")
+
+
+# ---- the large corpus: prepare against HF tokenizers, whole process trees -------------------
+
+
+def write_corpus(root: Path, size_mb: float) -> int:
+    """Copies of the stdlib files, lightly mutated, one file per document, until size_mb."""
+    from packlm.data.store.default_corpus import iter_default_documents
+
+    rng, docs = random.Random(0), [text for _, text in iter_default_documents()]
+    swaps = [str.maketrans("", "")] + [
+        str.maketrans(pairs + pairs[::-1], pairs[::-1] + pairs)
+        for pairs in ("ea", "tsnr", "oilu")  # a few letter pairs swapped, both ways
+    ]
+    total, n = 0, 0
+    while total < size_mb * 1e6:
+        for text in rng.sample(docs, len(docs)):
+            data = f"# copy {n}\n{text.translate(rng.choice(swaps))}".encode()
+            folder = root / f"{n // 1000:04d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{n}.txt").write_bytes(data)
+            total, n = total + len(data), n + 1
+            if total >= size_mb * 1e6:
+                break
+    return n
+
+
+def corpus_texts(root: Path):
+    for path in sorted(root.rglob("*.txt")):
+        yield path.read_text(encoding="utf-8")
+
+
+def run_hf(root: Path, vocab_size: int) -> dict:
+    """HF tokenizers: train a ByteLevel BPE on the documents, then encode them all."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(resolve_pattern("gpt2")), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])  # fmt: skip
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|pad|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)  # fmt: skip
+    tok.train_from_iterator(corpus_texts(root), trainer=trainer)
+    tokens, batch = 0, []
+    for text in corpus_texts(root):
+        batch.append(text)
+        if len(batch) == 1000:
+            tokens += sum(len(e.ids) + 1 for e in tok.encode_batch(batch))
+            batch = []
+    tokens += sum(len(e.ids) + 1 for e in tok.encode_batch(batch))
+    return {"tokens": tokens}
+
+
+def tree_peak(cmd: list[str], log: Path) -> dict:
+    """Run `cmd`; wall time, CPU, peak summed RSS and PSS (MB) of its process tree."""
+    import psutil
+
+    cpu0, start = _cpu(), time.perf_counter()
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        root, peak_rss, peak_pss = psutil.Process(proc.pid), 0, 0
+        while proc.poll() is None:
+            rss = pss = 0
+            try:
+                for p in [root, *root.children(recursive=True)]:
+                    info = p.memory_full_info()
+                    rss, pss = rss + info.rss, pss + info.pss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+            peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+            time.sleep(0.1)
+        out = proc.communicate()[0]
+    if proc.returncode:
+        raise SystemExit(f"{cmd[:4]} failed ({proc.returncode}); see {log}")
+    return {"seconds": time.perf_counter() - start, "cpu": _cpu() - cpu0, "out": out,
+            "rss": peak_rss / 2**20, "pss": peak_pss / 2**20}  # fmt: skip
+
+
+def large(size_mb: float, vocab_size: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="packlm-large-") as tmp:
+        root = Path(tmp) / "corpus"
+        docs = write_corpus(root, size_mb)
+        nbytes = sum(p.stat().st_size for p in root.rglob("*.txt"))
+        prepare = [sys.executable, "-m", "packlm.prepare", f"data.sources=[{root}]",
+                   f"tokenizer.vocab_size={vocab_size}", f"cache_dir={tmp}/cache"]  # fmt: skip
+        ours = tree_peak(prepare, Path(tmp) / "prepare.log")
+        rows = json.loads(ours["out"])["summary"]
+        hf = tree_peak([sys.executable, __file__, "--row", "hf", "--corpus", str(root),
+                        "--vocab-size", str(vocab_size)], Path(tmp) / "hf.log")  # fmt: skip
+    tokens = sum(r["tokens"] for r in rows.values())
+    print(f"large corpus: {nbytes / 1e6:.0f} MB in {docs} documents, vocab {vocab_size}, "
+          f"{available_cores()} cores, load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        f"{'':44} {'seconds':>8} {'CPU s':>7} {'tree RSS MB':>11} {'tree PSS MB':>11} {'tokens':>12}"
+    )
+    for name, r, n in (
+        ("packlm prepare (train + both stores + verify)", ours, tokens),
+        ("HF tokenizers (train + encode)", hf, json.loads(hf["out"])["tokens"]),
+    ):
+        print(
+            f"{name:44} {r['seconds']:8.1f} {r['cpu']:7.1f} {r['rss']:11.0f} {r['pss']:11.0f} {n:12,}"
+        )
+    print(f"packlm / HF: time {ours['seconds'] / hf['seconds']:.2f}x, CPU {ours['cpu'] / hf['cpu']:.2f}x, "
+          f"peak PSS {ours['pss'] / hf['pss']:.2f}x, peak RSS {ours['rss'] / hf['rss']:.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

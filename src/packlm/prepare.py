@@ -2,7 +2,10 @@
 
 Takes the same Hydra overrides as train.py, so a cluster job can build the cache once
 before many training jobs share it; prints the manifests (and the tokenizer's directory)
-as JSON on stdout, logs and progress bars on stderr.
+as JSON on stdout, logs, progress bars and a summary table on stderr. The summary says, per
+split, documents, tokens, UTF-8 bytes read and bytes stored (what the stored tokens decode
+to, EOS excluded, counted again from disk) and what reading skipped; read and stored must
+agree, else the command fails.
 """
 
 from __future__ import annotations
@@ -10,13 +13,17 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig
+from tqdm.auto import tqdm
 
 from packlm.config import CONFIG_DIR
 from packlm.data.config import DataConfig
-from packlm.data.store.cache import prepare_stores
+from packlm.data.store.cache import PreparedData, prepare_stores
+from packlm.data.store.token_store import TOKENS_FILE, StoreError
+from packlm.data.store.verify import decoded_bytes
 from packlm.tokenizer.config import TokenizerConfig
 
 
@@ -25,13 +32,66 @@ def main(cfg: DictConfig) -> None:
     logs_to_stderr()
     data, tokenizer = DataConfig.from_mapping(cfg.data), TokenizerConfig.from_mapping(cfg.tokenizer)
     prepared = prepare_stores(data, tokenizer, cfg.cache_dir, progress=True)
+    rows = summary(prepared, progress=True)
+    sys.stderr.write(format_summary(rows))
     report = {
         "tokenizer": str(prepared.tokenizer_dir),
         "train": {"path": str(prepared.train_dir), **prepared.train_manifest},
         "val": {"path": str(prepared.val_dir), **prepared.val_manifest},
+        "summary": rows,
     }
     json.dump(report, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
+    bad = [s for s, row in rows.items() if row["bytes_read"] != row["bytes_stored"]]
+    if bad:
+        raise StoreError(f"{bad}: the bytes stored differ from the bytes read (see the summary)")
+
+
+def summary(prepared: PreparedData, progress: bool = False) -> dict[str, dict[str, Any]]:
+    """Per split: documents, tokens, bytes read, bytes stored (recounted from the store's
+    tokens), what reading dropped by reason, and cuts inside over-long pre-tokens."""
+    lengths = prepared.tokenizer.token_byte_lengths()
+    stores = {split: prepared.open(split) for split in ("train", "val")}
+    total = sum(s.n_tokens for s in stores.values())
+    rows = {}
+    with tqdm(
+        total=total, unit="tok", unit_scale=True, desc="verifying", disable=not progress
+    ) as bar:
+        for split, store in stores.items():
+            counts = store.manifest["counts"]
+            rows[split] = {
+                "documents": store.n_docs,
+                "tokens": store.n_tokens,
+                "bytes_read": counts["bytes"],
+                "bytes_stored": decoded_bytes(
+                    store.path / TOKENS_FILE, store.tokens.dtype, lengths, bar.update
+                ),
+                "dropped": counts.get("dropped", {}),
+                "cuts_inside_pretokens": counts.get("cuts_inside_pretokens", 0),
+            }
+    return rows
+
+
+def format_summary(rows: dict[str, dict[str, Any]]) -> str:
+    """The summary as a table, then what was skipped, in words."""
+    head = ("split", "documents", "tokens", "bytes read", "bytes stored", "agree")
+    lines = [head] + [
+        (split, f"{r['documents']:,}", f"{r['tokens']:,}", f"{r['bytes_read']:,}",
+         f"{r['bytes_stored']:,}", "yes" if r["bytes_read"] == r["bytes_stored"] else "NO")
+        for split, r in rows.items()
+    ]  # fmt: skip
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = ["  ".join(c.rjust(w) if i else c.ljust(w)
+                     for i, (c, w) in enumerate(zip(line, widths, strict=True)))
+           for line in lines]  # fmt: skip
+    for split, r in rows.items():
+        dropped = ", ".join(
+            f"{n:,} {why.replace('_', ' ')}" for why, n in r["dropped"].items() if n
+        )
+        out.append(f"{split} skipped: {dropped or 'nothing'}")
+        if r["cuts_inside_pretokens"]:
+            out.append(f"{split}: {r['cuts_inside_pretokens']:,} cuts inside over-long pre-tokens")
+    return "\n".join(out) + "\n"
 
 
 def logs_to_stderr() -> None:

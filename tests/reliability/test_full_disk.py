@@ -68,6 +68,7 @@ def test_a_checkpoint_on_a_full_disk_keeps_the_previous_one_and_leaves_no_tempor
 def test_a_store_build_on_a_full_disk_says_so_and_leaves_nothing(disk, tiny_corpus, tmp_path):
     cache = disk / "cache"
     clean = prepare_tiny(tiny_corpus, cache)
+    prepare_tiny(tiny_corpus, cache)  # loads the cached tokenizer once: its id tables are kept
     train_tokens = np.array(clean.open("train").tokens)
     shutil.rmtree(cache / "stores")  # the tokenizer stays cached; the store must be rebuilt
     filler = fill(disk, leave=8 << 10)
@@ -83,3 +84,17 @@ def test_a_store_build_on_a_full_disk_says_so_and_leaves_nothing(disk, tiny_corp
     os.unlink(filler)
     again = prepare_tiny(tiny_corpus, cache)
     assert np.array_equal(np.array(again.open("train").tokens), train_tokens)
+
+
+def test_a_lock_on_a_full_disk_names_the_lock_file(disk, tmp_path):
+    """The owner record of a lock cannot be written: the error names the lock and the cause."""
+    from packlm.cache.entry import locked
+
+    dest = disk / "entry"
+    filler = fill(disk, leave=0)
+    with pytest.raises(OSError) as e, locked(dest):
+        pass
+    assert e.value.errno == errno.ENOSPC
+    assert f"cannot write the lock file {disk / '.entry.lock'}" in str(e.value)
+    assert "(disk full" in str(e.value)
+    filler.unlink()

@@ -24,6 +24,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from errno import ENOSPC
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,15 @@ def _acquire(lock_path: Path, dest: Path) -> int:
         announced = True
         os.close(fd)  # the lock file was broken or replaced: retry on the new one
     record = {"pid": os.getpid(), "start": process_start(os.getpid()), "host": socket.gethostname()}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(record).encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+    except OSError as e:  # the record is what lets a later run break a dead owner's lock
+        os.close(fd)
+        hint = " (disk full: free space or set cache_dir elsewhere)" if e.errno == ENOSPC else ""
+        raise OSError(
+            e.errno, f"cannot write the lock file {lock_path}: {e.strerror}{hint}"
+        ) from None
     return fd
 
 

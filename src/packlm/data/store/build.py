@@ -6,10 +6,16 @@ duplicate of a training document can be dropped. Texts are grouped into chunks o
 `CHUNK_BYTES`, encoded on every core in order (`packlm.data.store.encode`), and appended to two
 `StoreWriter`s inside one temporary directory that is renamed to `dest` only when both
 stores are complete: a killed build leaves nothing a reader would take for a store.
+
+A document longer than `PIECE_CHARS` is encoded in pieces cut where no id changes
+(`DocumentPieces`): memory per document is its text and ids, not a list of every id. Each
+split records the UTF-8 bytes read and those its tokens decode to (`stored_bytes`, EOS
+excluded); the build fails if they differ.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 import time
@@ -18,14 +24,17 @@ from errno import ENOSPC
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from packlm.cache.entry import replace_dir, temporary_sibling
 from packlm.data.store.corpus import Corpus
-from packlm.data.store.encode import OrderedEncoder
+from packlm.data.store.encode import DocumentPieces, OrderedEncoder
 from packlm.data.store.sources import ReadCounts, SourceError, iter_documents
-from packlm.data.store.split import TrainHashes, content_hash
-from packlm.data.store.token_store import StoreWriter, TokenStore, token_dtype
+from packlm.data.store.split import TrainHashes, content_hash, is_validation
+from packlm.data.store.token_store import StoreError, StoreWriter, TokenStore, token_dtype
+from packlm.tokenizer.pretokenize import PIECE_CHARS
+from packlm.tokenizer.training.counting import utf8_len
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +54,10 @@ class StoreHeader:
 @dataclass
 class _Chunk:
     texts: list[str] = field(default_factory=list)
+    ends: list[bool] = field(default_factory=list)
+    """Per text: does it end its document (else a piece of a longer one follows)?"""
     doc_ids: list[str] = field(default_factory=list)
+    """Per document ended in this chunk, as `sources`."""
     sources: list[int] = field(default_factory=list)
     nbytes: int = 0
 
@@ -57,6 +69,10 @@ class _SplitState:
     nbytes: int = 0
     read: ReadCounts = field(default_factory=ReadCounts)
     duplicates: int = 0
+    stored_bytes: int = 0
+    """UTF-8 bytes the written tokens decode to (EOS excluded): must equal `nbytes`."""
+    cuts_inside_pretokens: int = 0
+    partial: list[np.ndarray] = field(default_factory=list)  # ids of a long document's pieces
 
 
 def build_stores(
@@ -92,9 +108,11 @@ def build_stores(
             ) as bar,
         ):
             state = {"train": _SplitState(train_writer), "val": _SplitState(val_writer)}
-            _stream(corpus, encoder, state, bar)
+            enc = DocumentPieces(tokenizer)
+            _stream(corpus, encoder, state, bar, enc)
             _check_not_empty(corpus, state)
             for split in SPLITS:
+                _check_bytes(dest, split, state[split])
                 state[split].writer.finish(_manifest(corpus, header, split, state[split]))
         replace_dir(tmp, dest)
     except ChildProcessError:  # a dead encoding worker (WorkerDied): its own message
@@ -125,60 +143,119 @@ def build_stores(
     return train, val
 
 
-def _stream(
-    corpus: Corpus, encoder: OrderedEncoder, state: dict[str, _SplitState], bar: tqdm
-) -> None:
+def _stream(corpus: Corpus, encoder: OrderedEncoder, state, bar: tqdm, enc: DocumentPieces) -> None:
     # With the hash split, identical texts share a split, so only explicit val_sources need the
     # training hashes to drop duplicates.
     train_hashes = None if corpus.hash_split else TrainHashes()
     for doc in iter_documents(corpus.sources, corpus.options, state["train"].read):
-        data = doc.text.encode("utf-8")
-        if corpus.goes_to_validation(data):
-            _add(encoder, state, "val", doc, len(data), bar)
+        nbytes, h = _measure(doc.text)
+        if corpus.hash_split and is_validation(h, corpus.val_fraction):
+            _add(encoder, state, "val", doc, nbytes, bar, enc)
             continue
         if train_hashes is not None:
-            train_hashes.add(content_hash(data))
-        _add(encoder, state, "train", doc, len(data), bar)
+            train_hashes.add(h)
+        _add(encoder, state, "train", doc, nbytes, bar, enc)
     for doc in iter_documents(corpus.val_sources or [], corpus.options, state["val"].read):
-        data = doc.text.encode("utf-8")
-        if content_hash(data) in train_hashes:
+        nbytes, h = _measure(doc.text)
+        if h in train_hashes:
             state["val"].duplicates += 1
-            bar.update(len(data))
+            bar.update(nbytes)
             continue
-        _add(encoder, state, "val", doc, len(data), bar)
+        _add(encoder, state, "val", doc, nbytes, bar, enc)
     for split in SPLITS:
-        _flush(encoder, state, split, bar)
+        _flush(encoder, state, split, bar, enc)
     for result in encoder.drain():
-        _write(state, bar, *result)
+        _write(state, bar, enc, *result)
 
 
-def _add(
-    encoder: OrderedEncoder, state: dict[str, _SplitState], split: str, doc, nbytes: int, bar
-) -> None:
-    chunk = state[split].chunk
-    chunk.texts.append(doc.text)
-    chunk.doc_ids.append(doc.doc_id)
-    chunk.sources.append(doc.source_index)
-    chunk.nbytes += nbytes
-    if chunk.nbytes >= CHUNK_BYTES:
-        _flush(encoder, state, split, bar)
+def _measure(text: str) -> tuple[int, int]:
+    """(UTF-8 bytes, `content_hash`) of a document; a long one is encoded block by block."""
+    if len(text) <= PIECE_CHARS:
+        data = text.encode("utf-8")
+        return len(data), content_hash(data)
+    h, nbytes = hashlib.blake2b(digest_size=8), 0  # content_hash's, fed in blocks
+    for i in range(0, len(text), PIECE_CHARS):
+        block = text[i : i + PIECE_CHARS].encode("utf-8")
+        h.update(block)
+        nbytes += len(block)
+    return nbytes, int.from_bytes(h.digest(), "little")
 
 
-def _flush(encoder: OrderedEncoder, state: dict[str, _SplitState], split: str, bar) -> None:
+def _add(encoder, state: dict[str, _SplitState], split, doc, nbytes: int, bar, enc) -> None:
+    st = state[split]
+    pieces = [(doc.text, True, nbytes)] if len(doc.text) <= enc.size else _pieces(doc, st, enc)
+    for text, end, size in pieces:
+        chunk = st.chunk
+        chunk.texts.append(text)
+        chunk.ends.append(end)
+        if end:
+            chunk.doc_ids.append(doc.doc_id)
+            chunk.sources.append(doc.source_index)
+        chunk.nbytes += size
+        if chunk.nbytes >= CHUNK_BYTES:
+            _flush(encoder, state, split, bar, enc)
+
+
+def _pieces(doc, st: _SplitState, enc: DocumentPieces):
+    """(piece, ends the document, UTF-8 bytes) of a long document; inexact cuts counted, logged."""
+    spans, inexact = enc.spans(doc.text)
+    if inexact:
+        st.cuts_inside_pretokens += inexact
+        log.warning(
+            "%s: %d cuts inside pre-tokens longer than %d characters with no place where no merge "
+            "crosses; the ids at these cuts may differ from encoding the pre-token whole (every "
+            "byte is stored)", doc.doc_id, inexact, enc.max_token,
+        )  # fmt: skip
+    for k, (start, end) in enumerate(spans):
+        piece = doc.text[start:end]
+        yield piece, k == len(spans) - 1, utf8_len(piece)
+
+
+def _flush(encoder: OrderedEncoder, state, split: str, bar, enc) -> None:
     chunk = state[split].chunk
     if not chunk.texts:
         return
     state[split].chunk = _Chunk()
     texts, chunk.texts = chunk.texts, []  # the encoder gets the texts; the chunk keeps the rest
-    for result in encoder.submit(texts, (split, chunk)):
-        _write(state, bar, *result)
+    pieces = () if all(chunk.ends) else (chunk.ends,)  # pieces of a long document inside
+    for result in encoder.submit(texts, (split, chunk), *pieces):
+        _write(state, bar, enc, *result)
 
 
-def _write(state: dict[str, _SplitState], bar, tag, ids, lengths) -> None:
+def _write(state: dict[str, _SplitState], bar, enc: DocumentPieces, tag, ids, lengths) -> None:
     split, chunk = tag
-    state[split].writer.add_many(ids, lengths, chunk.doc_ids, chunk.sources)
-    state[split].nbytes += chunk.nbytes
+    st = state[split]
+    st.stored_bytes += int(enc.byte_lengths[ids].sum())
+    if st.partial or not all(chunk.ends):
+        ids, lengths = _join_pieces(st, ids, lengths, np.asarray(chunk.ends, dtype=bool))
+    if len(lengths):
+        st.writer.add_many(ids, lengths, chunk.doc_ids, chunk.sources)
+    st.nbytes += chunk.nbytes
     bar.update(chunk.nbytes)
+
+
+def _join_pieces(st: _SplitState, ids, lengths, ends) -> tuple[np.ndarray, np.ndarray]:
+    """Ids and lengths of the documents that end in this result, with their earlier pieces;
+    the ids after the last end wait in `st.partial`."""
+    stops = np.cumsum(lengths)  # where each piece's ids end
+    doc_stops = stops[ends]
+    done = int(doc_stops[-1]) if len(doc_stops) else 0
+    head, rest = ids[:done], ids[done:]
+    doc_lengths = np.diff(doc_stops, prepend=0).astype(np.int64)
+    if len(doc_stops) and st.partial:
+        doc_lengths[0] += sum(map(len, st.partial))
+        head, st.partial = np.concatenate([*st.partial, head]), []
+    if len(rest):
+        st.partial.append(rest)
+    return head, doc_lengths
+
+
+def _check_bytes(dest: Path, split: str, st: _SplitState) -> None:
+    if st.stored_bytes != st.nbytes or st.partial:
+        raise StoreError(
+            f"{dest}: the {split} tokens decode to {st.stored_bytes} bytes, but {st.nbytes} bytes "
+            "of text were read (a bug: please report it)"
+        )
 
 
 def _check_not_empty(corpus: Corpus, state: dict[str, _SplitState]) -> None:
@@ -215,6 +292,8 @@ def _manifest(corpus: Corpus, header: StoreHeader, split: str, st: _SplitState) 
         "counts": {
             "bytes": st.nbytes,
             "dropped": dropped,
+            "stored_bytes": st.stored_bytes,
+            "cuts_inside_pretokens": st.cuts_inside_pretokens,
             "replaced_invalid_utf8": st.read.replaced_invalid_utf8,
             "normalized_newlines": st.read.normalized_newlines,
         },

@@ -80,7 +80,7 @@ def prepare_stores(
     tok, tok_dir = get_tokenizer(
         tokenizer,
         corpus.fingerprint(training_only=True),
-        corpus.training_texts,
+        lambda: TrainingTexts(corpus),
         cache_dir,
         progress,
     )
@@ -111,6 +111,19 @@ def prepare_stores(
                 stores = build_stores(corpus, tok, header, dest, workers, progress)
     train, val = stores
     return PreparedData(tok, tok_dir, train.path, val.path, train.manifest, val.manifest)
+
+
+class TrainingTexts:
+    """The training split's texts, with `total_bytes` for the pre-tokenizing bar: the source
+    files' size, less the validation fraction (an estimate for compressed or JSON sources)."""
+
+    def __init__(self, corpus: Corpus):
+        self.corpus = corpus
+        on_disk = sum(s.total_bytes for s in corpus.sources)
+        self.total_bytes = int(on_disk * (1 - corpus.val_fraction if corpus.hash_split else 1))
+
+    def __iter__(self):
+        return self.corpus.training_texts()
 
 
 def _open_cached(

@@ -32,6 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from packlm.tokenizer.pretokenize import (
+    MAX_PRETOKEN_CHARS,
+    PIECE_CHARS,
+    piece_spans,
+    split_pretoken,
+)
 from packlm.tokenizer.training.counting import WorkerDied, death_message, die_with_parent
 
 PHASE = "encoding the token store"
@@ -57,8 +63,10 @@ def _init(tokenizer: Any, eos_id: int, dtype: str, parent: int | None = None) ->
     _tokenizer, _eos_id, _dtype = tokenizer, eos_id, np.dtype(dtype)
 
 
-def encode_texts(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(ids of all texts back to back, each followed by EOS; int64 length per text, EOS included).
+def encode_texts(texts: list[str], ends: list[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(ids of all texts back to back, int64 length per text): each text that ends a document
+    (`ends[i]`, all by default) is followed by EOS, counted in its length; the others are
+    pieces of a longer document, cut where the cut changes no id (`piece_spans`).
 
     Special-token strings inside a text are encoded as ordinary text.
     """
@@ -68,20 +76,58 @@ def encode_texts(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     for i, text in enumerate(texts):
         ids = encode(text)
         flat += ids
-        flat.append(_eos_id)
-        lengths[i] = len(ids) + 1
-    return np.fromiter(
-        flat, dtype=_dtype, count=len(flat)
-    ), lengths  # 2x faster than np.array(list)
+        end = ends is None or ends[i]
+        if end:
+            flat.append(_eos_id)
+        lengths[i] = len(ids) + end
+    return np.fromiter(flat, dtype=_dtype, count=len(flat)), lengths  # 2x faster than np.array
 
 
-def encode_to_file(texts: list[str], path: str) -> str:
+def encode_to_file(texts: list[str], ends: list[bool] | None, path: str) -> str:
     """In a worker: `encode_texts` into the file `path` (lengths, then ids); returns `path`."""
-    ids, lengths = encode_texts(texts)
+    ids, lengths = encode_texts(texts, ends)
     with open(path, "wb") as f:
         np.save(f, lengths)
         np.save(f, ids)
     return path
+
+
+class DocumentPieces:
+    """What the parent needs of the tokenizer: where to cut a long document, bytes per id."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer, self.pattern = tokenizer, tokenizer.pattern_regex
+        self.byte_lengths = tokenizer.token_byte_lengths()  # UTF-8 bytes per id, specials 0
+        self.size, self.max_token = PIECE_CHARS, MAX_PRETOKEN_CHARS  # read here: tests lower them
+        self._pairs: np.ndarray | None = None
+
+    def spans(self, text: str) -> tuple[list[tuple[int, int]], int]:
+        """(start, end) pieces of `text` that encode to its ids (`piece_spans`), and how many
+        cuts inside a pre-token over MAX_PRETOKEN_CHARS found no place no merge crosses."""
+        split = self._split_token
+        spans = list(piece_spans(text, self.pattern, self.size, self.max_token, split))
+        return [(s, e) for s, e, _ in spans], sum(not exact for *_, exact in spans)
+
+    def _split_token(self, text: str, start: int, end: int, max_token: int):
+        if self._pairs is None:
+            self._pairs = joined_pairs(self.tokenizer)
+        return split_pretoken(text, start, end, max_token, self._pairs)
+
+
+def joined_pairs(tokenizer: Any) -> np.ndarray:
+    """bool[65536]: byte pair a*256+b occurs inside some token of the vocabulary, so a merge
+    may join a and b; where it does not, a long pre-token can be cut without changing an id
+    (`packlm.tokenizer.pretokenize.split_pretoken`)."""
+    specials = set(tokenizer.special_token_ids.values())
+    tokens = [tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size) if i not in specials]
+    data = np.frombuffer(b"".join(tokens), dtype=np.uint8).astype(np.int64)
+    codes = data[:-1] * 256 + data[1:]
+    inside = np.ones(len(codes), dtype=bool)
+    ends = np.cumsum([len(t) for t in tokens])[:-1]
+    inside[ends[ends > 0] - 1] = False  # a pair across two tokens of the list is no pair
+    table = np.zeros(65536, dtype=bool)
+    table[codes[inside]] = True
+    return table
 
 
 def _read_result(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -128,13 +174,15 @@ class OrderedEncoder:
             self._pool = None
             _init(*args)
 
-    def submit(self, texts: list[str], tag: Any) -> Iterator[tuple[Any, np.ndarray, np.ndarray]]:
+    def submit(
+        self, texts: list[str], tag: Any, ends: list[bool] | None = None
+    ) -> Iterator[tuple[Any, np.ndarray, np.ndarray]]:
         if self._pool is None:
-            yield (tag, *encode_texts(texts))
+            yield (tag, *encode_texts(texts, ends))
             return
         try:
             path = str(self._spill / f"{next(self._names)}.npy")
-            future = self._pool.submit(encode_to_file, texts, path)
+            future = self._pool.submit(encode_to_file, texts, ends, path)
         except BrokenProcessPool:
             raise self._died() from None
         self._procs.update(self._pool._processes or {})

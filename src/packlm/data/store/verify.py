@@ -101,3 +101,20 @@ def verify_checksums(path: Path, manifest: dict[str, Any], names=None) -> str | 
         if actual != expected:
             return f"{path / name}: content changed since it was written (checksum {actual}, manifest says {expected})"
     return None
+
+
+DECODE_BLOCK = 1 << 24
+"""Tokens read at a time by `decoded_bytes` (64 MiB of uint32): memory stays flat."""
+
+
+def decoded_bytes(path: Path, dtype, byte_lengths: np.ndarray, progress=None) -> int:
+    """UTF-8 bytes the tokens in the file `path` decode to (special tokens count 0), read
+    block by block into memory (not through a memmap, whose pages would stay mapped and
+    count as the process's memory); `progress(n)` gets the tokens of each block."""
+    counts = np.zeros(len(byte_lengths), dtype=np.int64)
+    with open(path, "rb") as f:
+        while (block := np.fromfile(f, dtype=dtype, count=DECODE_BLOCK)).size:
+            counts += np.bincount(block, minlength=len(byte_lengths))[: len(byte_lengths)]
+            if progress is not None:
+                progress(block.size)
+    return int(counts @ byte_lengths)

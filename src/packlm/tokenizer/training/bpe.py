@@ -43,6 +43,7 @@ def train_bpe(
         vocab_size,
         special_tokens,
         what=f"input_path={str(input_path)!r}",
+        total_bytes=os.path.getsize(input_path) if os.path.isfile(input_path) else None,
         **options,
     )
 
@@ -53,10 +54,11 @@ def train_bpe_from_iterator(
     special_tokens: Iterable[str] | None = None,
     **options,
 ) -> tuple[Vocab, Merges]:
-    """Train on documents (strings); no pre-token or merge crosses two documents."""
-    return _train(
-        documents, vocab_size, check_special_tokens(special_tokens), what="documents", **options
-    )
+    """Train on documents (strings); no pre-token or merge crosses two documents. An iterable
+    with a `total_bytes` attribute gives the pre-tokenizing bar its total (and so an ETA)."""
+    total = getattr(documents, "total_bytes", None)
+    specials = check_special_tokens(special_tokens)
+    return _train(documents, vocab_size, specials, what="documents", total_bytes=total, **options)
 
 
 def _train(
@@ -69,6 +71,7 @@ def _train(
     num_workers: int | None = None,
     progress: bool = False,
     engine: str = "auto",
+    total_bytes: int | None = None,
 ) -> tuple[Vocab, Merges]:
     minimum = 256 + len(special_tokens)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
@@ -81,7 +84,7 @@ def _train(
     learn = _merge_engine(engine)
     regex_str = resolve_pattern(pattern)
 
-    bar = _bar(progress, "pre-tokenizing", "char", None)
+    bar = _bar(progress, "pre-tokenizing", "B", total_bytes)  # UTF-8 bytes of text
     counts = count_parallel(
         texts,
         regex_str,

@@ -14,6 +14,7 @@ second, never a hang.
 from __future__ import annotations
 
 import ctypes
+import logging
 import multiprocessing
 import os
 import queue
@@ -29,7 +30,17 @@ from pathlib import Path
 
 import regex
 
-from packlm.tokenizer.pretokenize import count_pretokens, special_regex, stream_cut
+from packlm.tokenizer.pretokenize import (
+    MAX_PRETOKEN_CHARS,
+    PIECE_CHARS,
+    count_pretokens,
+    piece_spans,
+    special_regex,
+    split_special,
+    stream_cut,
+)
+
+log = logging.getLogger(__name__)
 
 BATCH_CHARS = 1 << 18  # text per task: small enough that a worker's findall list stays small
 READ_BYTES = 1 << 18  # a file is read (and cut into tasks) in blocks of this size
@@ -88,18 +99,36 @@ def iter_file_pieces(path: str | os.PathLike, special_tokens: list[str]) -> Iter
         yield carry
 
 
-def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
+def _batches(texts: Iterable[str], pattern: str, specials, cuts: list[int]) -> Iterator[list[str]]:
+    """Texts grouped into tasks of about BATCH_CHARS; a longer text is cut into pieces that
+    pre-tokenize as the whole (`piece_spans`, between its special tokens), so no task, and no
+    worker's findall list, grows with the document. A pre-token over MAX_PRETOKEN_CHARS is
+    counted in parts: `cuts[0]` counts those cuts (the pairs across them are not counted)."""
     batch, chars = [], 0
     for text in texts:
         if not isinstance(text, str):
             raise TypeError(f"documents: expected str, got {type(text).__name__}")
-        batch.append(text)
-        chars += len(text)
-        if chars >= size:
-            yield batch
-            batch, chars = [], 0
+        for piece in _pieces(text, pattern, specials, cuts) if len(text) > BATCH_CHARS else (text,):
+            batch.append(piece)
+            chars += len(piece)
+            if chars >= BATCH_CHARS:
+                yield batch
+                batch, chars = [], 0
     if batch:
         yield batch
+
+
+def _pieces(text: str, pattern: str, specials, cuts: list[int]) -> Iterator[str]:
+    for part, is_special in split_special(text, specials):
+        if is_special:
+            continue  # special tokens are not counted
+        for start, end, exact in piece_spans(part, pattern, min(BATCH_CHARS, PIECE_CHARS)):
+            cuts[0] += not exact
+            yield part[start:end]
+
+
+def utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 PHASE = "pre-tokenizing (tokenizer training)"
@@ -185,9 +214,7 @@ def _check_alive(procs, results, finished_ok: bool) -> None:
 
 
 def _put(tasks, item, procs, results) -> None:
-    _check_alive(
-        procs, results, finished_ok=False
-    )  # a dead worker is noticed at once, not at the end
+    _check_alive(procs, results, finished_ok=False)  # a dead worker is noticed at once
     while True:
         try:
             return tasks.put(item, timeout=0.5)
@@ -215,8 +242,19 @@ def count_parallel(
     progress: Callable[[int], object] | None = None,
 ) -> Counter[str]:
     """Pre-token counts of `texts`; processes start only if there is more than one batch
-    (and not inside a daemon process, which may not have children)."""
-    batches = _batches(texts, BATCH_CHARS)
+    (and not inside a daemon process, which may not have children). `progress` gets the
+    UTF-8 bytes of each batch as it is handed out."""
+    cuts = [0]
+    batches = _batches(texts, pattern, special_regex(special_tokens), cuts)
+    counts = _count(batches, pattern, special_tokens, num_workers, progress)
+    if cuts[0]:
+        log.warning("%d cuts inside pre-tokens longer than %d characters: each such pre-token was "
+                    "counted in parts (the pairs across the cuts are left out of the merge "
+                    "statistics)", cuts[0], MAX_PRETOKEN_CHARS)  # fmt: skip
+    return counts
+
+
+def _count(batches, pattern, special_tokens, num_workers, progress) -> Counter[str]:
     head = [b for b in (next(batches, None), next(batches, None)) if b is not None]
     if num_workers <= 1 or len(head) < 2 or multiprocessing.current_process().daemon:
         compiled, specials = regex.compile(pattern), special_regex(special_tokens)
@@ -224,7 +262,7 @@ def count_parallel(
         for batch in chain(head, batches):
             count_pretokens(batch, compiled, specials, into=counts)
             if progress is not None:
-                progress(sum(map(len, batch)))
+                progress(sum(map(utf8_len, batch)))
         return counts
 
     ctx = _context()
@@ -242,7 +280,7 @@ def count_parallel(
         for batch in chain(head, batches):
             _put(tasks, batch, procs, results)
             if progress is not None:
-                progress(sum(map(len, batch)))
+                progress(sum(map(utf8_len, batch)))
         for _ in procs:
             _put(tasks, None, procs, results)
         parts = sorted((_get(results, procs) for _ in procs), key=len, reverse=True)
