@@ -3,6 +3,7 @@
     python bench/plan.py                 # 10^9 tokens in 10^7 documents, then the loader
     python bench/plan.py --docs 1000000  # a smaller synthetic store
     python bench/plan.py --parts stats   # plan statistics only (10^9 tokens, stride T/8)
+    python bench/plan.py --parts fill    # ordered vs best_fit packing: fill ratio and packs
 
 Plan: synthetic document lengths only (no token file), uniform in [1, 2·mean), build the
 plan of epoch 1 for several configs; peak is the tracemalloc peak during the build (numpy
@@ -13,6 +14,10 @@ each token); peak is the tracemalloc peak beyond the plan (traced after it was b
 sample, against the plan's own retained bytes per sample as the reference. Target: <= 32 B.
 Loader: a store of random tokens with log-normal document lengths, batches/s through a
 PlanDataLoader (collate included) with 0 and 2 worker processes.
+Fill: `pack_strategy=best_fit` against `ordered` (the reference, same run) with pack_size =
+window + 1 (each pack one padded sample), on the default corpus (its training store, built
+in the cache if missing) and on 10^6 synthetic short documents: fill ratio, packs, build
+time, each as best_fit / ordered.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from packlm.data.epoch.loader import PlanDataLoader, WindowDataset
 from packlm.data.epoch.plan import build_plan
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.epoch.statistics import plan_statistics
+from packlm.data.store.cache import DEFAULT_CACHE_DIR, prepare_stores
 from packlm.data.store.token_store import StoreWriter
 
 PLAN_CONFIGS = {
@@ -92,6 +98,48 @@ def bench_statistics(n_docs: int, mean: int) -> None:
             f"| {name:31} | {n:>10} | {seconds:>6.1f} | {peak / 1e6:>7.0f} | {peak / n:>13.1f} | {kept / n:>13.1f} | {peak / kept:>5.2f} |"
         )
         del plan, stats
+
+
+def default_corpus_lengths(cache_dir: str) -> np.ndarray:
+    """Document lengths of the default corpus's training store (EOS included)."""
+    from packlm.tokenizer.config import TokenizerConfig
+
+    prepared = prepare_stores(DataConfig().validate(), TokenizerConfig(), cache_dir, False)
+    return np.diff(np.asarray(prepared.open("train").doc_offsets))
+
+
+def bench_fill(cache_dir: str, buffer: int | None) -> None:
+    buffer = buffer or DataConfig().pack_buffer
+    rng = np.random.default_rng(2)
+    corpora = {
+        "default corpus": default_corpus_lengths(cache_dir),
+        "10^6 short documents": np.maximum(2, rng.lognormal(3.0, 0.8, 10**6).astype(np.int64)),
+    }
+    print(f"\nfill: ordered (reference) vs best_fit, pack_buffer {buffer}, pack_size = window + 1")
+    print(
+        f"| {'corpus':22} | {'docs':>9} | {'mean len':>8} | {'window':>6} | {'fill ordered':>12} "
+        f"| {'fill best_fit':>13} | {'fill ratio':>10} | {'packs ordered':>13} "
+        f"| {'packs best_fit':>14} | {'packs ratio':>11} | {'best_fit s':>10} | {'time ratio':>10} |"
+    )
+    print(
+        "|" + "|".join("-" * (w + 2) for w in (22, 9, 8, 6, 12, 13, 10, 13, 14, 11, 10, 10)) + "|"
+    )
+    for name, lengths in corpora.items():
+        for window in (256, 1024, 2048):
+            out = {}
+            for strategy in ("ordered", "best_fit"):
+                cfg = DataConfig(window=window, stride=window, pack_size=window + 1,
+                                 pack_strategy=strategy, pack_buffer=buffer).validate()  # fmt: skip
+                start = time.perf_counter()
+                plan = build_plan(lengths, cfg, epoch=1)
+                seconds = time.perf_counter() - start
+                out[strategy] = (plan_statistics(plan)["fill_ratio"], plan.n_sequences, seconds)
+            (fo, po, to), (fb, pb, tb) = out["ordered"], out["best_fit"]
+            print(
+                f"| {name:22} | {len(lengths):>9} | {lengths.mean():>8.1f} | {window:>6} "
+                f"| {fo:>12.4f} | {fb:>13.4f} | {fb / fo:>10.3f} | {po:>13} | {pb:>14} "
+                f"| {pb / po:>11.3f} | {tb:>10.3f} | {tb / max(to, 1e-9):>10.1f} |"
+            )
 
 
 def write_store(path: Path, n_tokens: int) -> Path:
@@ -173,8 +221,12 @@ def main() -> None:
     )
     parser.add_argument("--batches", type=int, default=300, help="batches timed per loader run")
     parser.add_argument(
-        "--parts", default="plan,stats,loader", help="comma-separated: plan, stats, loader"
+        "--parts",
+        default="plan,stats,loader,fill",
+        help="comma-separated: plan, stats, loader, fill",
     )
+    parser.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="for the default corpus")
+    parser.add_argument("--pack-buffer", type=int, default=None, help="best_fit buffer (fill)")
     args = parser.parse_args()
     parts = args.parts.split(",")
     if "plan" in parts:
@@ -183,6 +235,8 @@ def main() -> None:
         bench_statistics(args.docs, args.mean_length)
     if "loader" in parts:
         bench_loader(args.loader_tokens, args.batches)
+    if "fill" in parts:
+        bench_fill(args.cache_dir, args.pack_buffer)
 
 
 if __name__ == "__main__":

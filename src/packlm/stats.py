@@ -3,6 +3,8 @@
 Takes the same overrides as train.py and prints, as JSON, the plan statistics of the first
 N training epochs (`+epochs=N` or `+stats_epochs=N`, default 1) and of the validation
 windows: samples, fill, supervised tokens, target multiplicity, overlap, per-source counts.
+With data.curriculum, "curriculum" lists each phase (window, stride, until) with the
+statistics of its plan of epoch 0 ("train" is then the last phase's, the run's window).
 No model is built; the tokenizer and stores come from the cache (built if missing).
 """
 
@@ -25,10 +27,16 @@ def statistics(cfg: DictConfig, epochs: int = 1) -> dict:
     config = validate_config(cfg)
     dm = PackedDataModule.from_config(config, cfg.cache_dir)
     dm.setup()
-    return {
+    out = {
         "train": [to_json(dm.plan_statistics(e)) for e in range(epochs)],
         "val": to_json(dm.plan_statistics(0, "val")),
     }
+    if config.data.curriculum:
+        out["curriculum"] = [
+            {**phase._asdict(), "phase": p, **to_json(dm.plan_statistics(0, phase=p))}
+            for p, phase in enumerate(dm.phases)
+        ]
+    return out
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="tools", version_base=None)

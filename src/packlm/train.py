@@ -43,6 +43,7 @@ from packlm.callbacks import (
 )
 from packlm.config import CONFIG_DIR, Validated, swept_keys, validate_config
 from packlm.data.datamodule import PackedDataModule
+from packlm.data.epoch.curriculum import expected_batches
 from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
@@ -211,9 +212,12 @@ def _schedule_horizon(config: Validated, datamodule: PackedDataModule, trainer: 
     optim = config.optim
     if optim.max_steps is not None or not config.train.max_supervised_tokens:
         return optim
-    per_step = datamodule.supervised_tokens_per_batch() * config.trainer.accumulate_grad_batches
-    per_step *= trainer.world_size
-    steps = math.ceil(config.train.max_supervised_tokens / max(per_step, 1.0))
+    world = trainer.world_size
+    rates = [  # supervised tokens per global batch of each curriculum phase (one without)
+        datamodule.supervised_tokens_per_batch(p) * world for p in range(len(datamodule.phases))
+    ]
+    batches = expected_batches(datamodule.phases, rates, config.train.max_supervised_tokens)
+    steps = math.ceil(batches / config.trainer.accumulate_grad_batches)
     return replace(optim, max_steps=max(1, steps))
 
 

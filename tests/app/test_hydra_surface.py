@@ -143,11 +143,14 @@ def test_a_misspelled_preset_fails_and_the_presets_compose(compose_tiny):
         validate_config(compose_tiny(preset))
     with initialize_config_dir(CONFIG_DIR, version_base=None):
         cfg = compose("config", overrides=["experiment=shakespeare"])
-    source = Path(validate_config(cfg).data.sources[0])
+    data = validate_config(cfg).data
+    source, held_out = data.sources[0], data.val_sources[0]
+    assert Path(source["path"]).is_absolute() and source["path"] == held_out["path"]
     assert (
-        source.is_absolute()
-        and source.resolve() == (ROOT.parent / "shared/data/tinyshakespeare.txt").resolve()
+        Path(source["path"]).resolve()
+        == (ROOT.parent / "shared/data/tinyshakespeare.txt").resolve()
     )
+    assert list(source["span"]) == [0.0, 0.9] and list(held_out["span"]) == [0.9, 1.0]
 
 
 def test_fast_dev_run_debug_preset_runs(compose_tiny, tmp_path):

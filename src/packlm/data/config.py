@@ -18,9 +18,10 @@ __all__ = ["DataConfig"]
 PACKING_MODES = ("none", "document", "stream")
 TAIL_POLICIES = ("drop", "cover", "pad")
 GROUP_BY = ("none", "source", "directory")
-SNAP_TO = ("none", "document")
+SNAP_TO = ("none", "document", "paragraph")
+PACK_STRATEGIES = ("ordered", "best_fit")
 ENCODING_ERRORS = ("strict", "replace", "skip")
-SOURCE_KEYS = ("path", "weight", "include", "exclude")
+SOURCE_KEYS = ("path", "weight", "include", "exclude", "span")
 
 
 @dataclass
@@ -30,8 +31,9 @@ class DataConfig(ConfigGroup):
     # --- sources -> documents (packlm.data.store.sources) ---
     sources: list[Any] = field(default_factory=lambda: ["default"])
     """Entries: "default" (the embedded stdlib corpus), a file, a directory, a glob, or
-    {path: ..., weight: w, include: [...], exclude: [...]}: each document of the source is
-    seen w times per epoch on average; include/exclude are globs on paths under the entry.
+    {path: ..., weight: w, include: [...], exclude: [...], span: [a, b]}: each document of the
+    source is seen w times per epoch on average; include/exclude are globs on paths under the
+    entry; span reads bytes [a, b) of each (uncompressed text) file, as fractions of its size.
     Files: text, JSON lines (.jsonl/.ndjson/.json), Parquet, Arrow/Feather (the extra
     packlm[arrow]), a datasets save_to_disk folder; gzip/bz2/xz/zstd compressed (by content)."""
     val_sources: list[Any] | None = None
@@ -62,13 +64,20 @@ class DataConfig(ConfigGroup):
     stride: int = 256
     """Distance between window starts; a token is a target window/stride times per epoch on
     average; stride > window leaves gaps (warned, counted)."""
+    curriculum: list[Any] | None = None
+    """Context-length curriculum: phases [{window: w, stride: s, until: n}, ..., {window: W,
+    stride: S}] (stride defaults to the window); a phase ends at the first batch before which
+    n supervised tokens (all ranks) were trained, mid-epoch too; the last has no until. The
+    last phase's window and stride replace data.window/stride (validation uses them)."""
     random_offset: bool = True
     """The first window of each sequence starts uniformly in [0, min(stride-1, len-T-1)],
     re-drawn every epoch (false: at 0)."""
     snap: str = "none"
-    """Move a window start that is not its sequence's first forward to the next document start
-    when one lies within snap_tolerance tokens (fewer samples start mid-sentence): none or
-    document. A snapped window may end before T+1 tokens at the sequence's end (padded)."""
+    """Move a window start that is not its sequence's first forward to the next boundary when
+    one lies within snap_tolerance tokens (fewer samples start mid-sentence): none, document
+    (document starts), paragraph (document starts and paragraph starts: the first text token
+    after a blank line, derived from the store's tokens once and cached next to the store).
+    A snapped window may end before T+1 tokens at the sequence's end (padded)."""
     snap_tolerance: int = 16
     """Tokens a window start may move forward with data.snap (less than data.stride)."""
     tail: str = "pad"
@@ -79,6 +88,16 @@ class DataConfig(ConfigGroup):
     pack_size: int | None = None
     """Tokens per pack; null: unlimited (the split in epoch order is one sequence); window+1:
     each pack is one padded sample and no document that fits is cut."""
+    pack_strategy: str = "ordered"
+    """How documents fill packs of data.pack_size: ordered (greedy in epoch order: a pack
+    closes when the next document does not fit) or best_fit (best-fit decreasing inside each
+    buffer of data.pack_buffer consecutive epoch documents: tighter packs, fewer pads; still
+    a pure function of (seed, epoch), documents never cut). Needs data.pack_size."""
+    pack_buffer: int = 16384
+    """data.pack_strategy=best_fit: how many consecutive documents of the epoch order are
+    packed together (with data.group_by a buffer never spans two groups). A buffer should
+    hold many packs' worth of tokens: its last pack is partly empty (1024 short documents
+    and pack_size 2049 fill worse than ordered packing; 16384 fills within 0.3% of full)."""
     shuffle: bool = True
     """Reshuffle the samples every epoch."""
     shuffle_documents: bool = True
@@ -118,6 +137,8 @@ class DataConfig(ConfigGroup):
         check_choice("data.encoding_errors", self.encoding_errors, ENCODING_ERRORS)
         if self.separator is not None and self.separator == "":
             raise ConfigError("data.separator: must be a non-empty string or null")
+        if self.curriculum is not None:  # the last phase's window and stride are the run's
+            self.window, self.stride = _check_curriculum(self, model_context)
         for key in ("window", "stride", "batch_size"):
             check_positive_int(f"data.{key}", getattr(self, key))
         if not isinstance(self.num_workers, int) or self.num_workers < 0:
@@ -132,6 +153,15 @@ class DataConfig(ConfigGroup):
             raise ConfigError(
                 f"data.snap_tolerance={self.snap_tolerance}: must be less than "
                 f"data.stride={self.stride} (a window would pass the next one's start)"
+            )
+        check_choice("data.pack_strategy", self.pack_strategy, PACK_STRATEGIES)
+        buffer = self.pack_buffer
+        if not isinstance(buffer, int) or isinstance(buffer, bool) or buffer < 2:
+            raise ConfigError(f"data.pack_buffer={buffer!r}: an integer >= 2 (documents)")
+        if self.pack_strategy == "best_fit" and (self.pack_size is None or self.packing == "none"):
+            raise ConfigError(
+                f"data.pack_strategy=best_fit: needs packs to fit (data.pack_size set, it is "
+                f"{self.pack_size}, and data.packing document or stream, it is {self.packing})"
             )
         if self.pack_size is not None and self.pack_size < self.window + 1:
             raise ConfigError(
@@ -183,8 +213,60 @@ def _check_source_entry(key: str, entry: Any) -> None:
                 isinstance(value, str) or not all(isinstance(p, str) for p in value)
             ):
                 raise ConfigError(f"{key}.{patterns}={value!r}: a list of glob patterns")
+        span = entry.get("span")
+        if span is not None and not (
+            len(span) == 2
+            and all(isinstance(f, (int, float)) and not isinstance(f, bool) for f in span)
+            and 0 <= span[0] < span[1] <= 1
+        ):
+            raise ConfigError(f"{key}.span={span!r}: two fractions [a, b] with 0 <= a < b <= 1")
         weight = entry.get("weight", 1.0)
         if not isinstance(weight, (int, float)) or isinstance(weight, bool) or weight <= 0:
             raise ConfigError(f"{key}.weight={weight!r}: must be a positive number")
         return
     raise ConfigError(f"{key}={entry!r}: expected a path string or {{path: ..., weight: ...}}")
+
+
+CURRICULUM_KEYS = ("window", "stride", "until")
+
+
+def _check_curriculum(cfg: DataConfig, model_context: int | None) -> tuple[int, int]:
+    """Check data.curriculum phase by phase; returns the last phase's (window, stride)."""
+    phases = cfg.curriculum
+    if not isinstance(phases, (list, tuple)) or len(phases) == 0:
+        raise ConfigError(f"data.curriculum={phases!r}: a list of {{window, stride, until}} phases")
+    previous = 0
+    for i, phase in enumerate(phases):
+        key = f"data.curriculum[{i}]"
+        if not (hasattr(phase, "get") and hasattr(phase, "keys")):
+            raise ConfigError(f"{key}={phase!r}: expected {{window: ..., stride: ..., until: ...}}")
+        unknown = sorted(set(phase.keys()) - set(CURRICULUM_KEYS))
+        if unknown:
+            raise ConfigError(f"{key}: unknown keys {unknown}; allowed {list(CURRICULUM_KEYS)}")
+        window, until = phase.get("window"), phase.get("until")
+        stride = phase.get("stride", window)
+        check_positive_int(f"{key}.window", window)
+        check_positive_int(f"{key}.stride", stride)
+        last = i == len(phases) - 1
+        if last and until is not None:
+            raise ConfigError(f"{key}.until={until!r}: the last phase runs to the end (no until)")
+        if not last:
+            check_positive_int(f"{key}.until", until)
+            if until <= previous:
+                raise ConfigError(
+                    f"{key}.until={until}: must be greater than the previous phase's ({previous})"
+                )
+            previous = until
+        if model_context is not None and window > model_context:
+            raise ConfigError(
+                f"{key}.window={window}: longer than the model's context "
+                f"(model.context_length={model_context}: it must cover the largest window)"
+            )
+        if cfg.pack_size is not None and cfg.pack_size < window + 1:
+            raise ConfigError(f"{key}.window={window}: data.pack_size={cfg.pack_size} < window + 1")
+        tolerance = cfg.snap_tolerance
+        if cfg.snap != "none" and isinstance(tolerance, int) and tolerance >= stride:
+            raise ConfigError(
+                f"{key}.stride={stride}: data.snap_tolerance={tolerance} must be less than it"
+            )
+    return phases[-1]["window"], phases[-1].get("stride", phases[-1]["window"])

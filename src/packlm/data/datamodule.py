@@ -7,13 +7,13 @@ Trainer requirements (train.py sets them):
   batches depends on its offsets and packs, and Lightning reads the length only when it
   (re)loads the dataloader; otherwise an epoch longer than the first is cut (logged).
 The train DataLoader is stateful (`state_dict`), so checkpoints resume mid-epoch exactly.
+With data.curriculum the data position is also this module's state: Lightning reads the
+epoch's length before it restores the loader, and that length depends on the phase.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from packlm.data.config import DataConfig, source_weight
+from packlm.data.epoch import curriculum
 from packlm.data.epoch.collate import mark_stream
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
 from packlm.data.epoch.order import directory_groups
@@ -31,16 +32,13 @@ from packlm.data.epoch.plan import EpochPlan, build_plan
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.epoch.windows import validation_config
+from packlm.data.plan_logging import check_epoch_length, log_plan_statistics
 from packlm.data.store.cache import DEFAULT_CACHE_DIR
 from packlm.data.store.token_store import TokenStore
 from packlm.errors import ConfigError
 from packlm.tokenizer.config import TokenizerConfig
 
 log = logging.getLogger(__name__)
-
-EPOCH_LINES = ("epoch", "samples", "supervised_tokens", "fill_ratio", "supervised_ratio")
-EPOCH_LINES += ("target_multiplicity_mean", "never_target_fraction", "overlap_ratio")
-SOURCE_LINES = ("samples", "supervised_tokens")  # statistics as lines over epochs, per source
 
 
 class PackedDataModule(L.LightningDataModule):
@@ -77,28 +75,36 @@ class PackedDataModule(L.LightningDataModule):
             )  # fmt: skip
         self._stores: dict[str, TokenStore] = {}
         self._lengths: dict[str, np.ndarray] = {}
-        self._plans: dict[tuple[str, int], EpochPlan] = {}
+        self._plans: dict[tuple[str, int, int], EpochPlan] = {}
+        self.phases = curriculum.phases_of(self.data)  # one phase without data.curriculum
+        self._position = curriculum.Position()  # training's, shared by the epochs' samplers
         self._logged_epochs: set[int] = set()
         self._stats: dict[tuple[str, int], dict[str, Any]] = {}  # the latest epoch's only
         self._train_sampler: PlanSampler | None = None
+        self._restored: curriculum.Position | None = None  # a checkpoint's, until the next epoch
 
     @classmethod
     def from_config(cls, config: Any, cache_dir: str | Path, **kwargs: Any) -> PackedDataModule:
         """The DataModule of a validated config (`packlm.config.Validated`: data, tokenizer,
         model), as train.py and stats build it."""
-        return cls(
-            tokenizer=config.tokenizer,
-            cache_dir=cache_dir,
-            model_context=config.model.context_length,
-            data=config.data,
-            **kwargs,
-        )
+        context = config.model.context_length
+        return cls(config.tokenizer, cache_dir, context, data=config.data, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (spawned processes): open stores and plans are rebuilt, never copied."""
         state = dict(self.__dict__)
         state.update(_stores={}, _lengths={}, _plans={}, _train_sampler=None)
         return state
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data position: restored before Lightning reads the epoch's length, which
+        depends on the curriculum phase (the loader's own state comes after)."""
+        return {"position": self._position.as_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "position" in state:
+            self._position.set(curriculum.Position(**state["position"]))
+            self._restored = curriculum.Position(**state["position"])
 
     # --- preparation -------------------------------------------------------------------
     def prepare_data(self) -> None:
@@ -152,25 +158,29 @@ class PackedDataModule(L.LightningDataModule):
         return [source_weight(e) for e in self.data.sources]
 
     # --- plans ---------------------------------------------------------------------------
-    def plan(self, epoch: int, split: str = "train") -> EpochPlan:
-        """The epoch plan of a split (validation: the fixed windows, the same every epoch)."""
-        key = (split, 0 if split == "val" else epoch)
+    def plan(self, epoch: int, split: str = "train", phase: int | None = None) -> EpochPlan:
+        """The epoch plan of a split (validation: the fixed windows, the same every epoch);
+        `phase`: a curriculum phase's (default: the last, whose window is data.window)."""
+        phase = len(self.phases) - 1 if phase is None or split == "val" else phase
+        key = (split, 0 if split == "val" else epoch, phase)
         if key not in self._plans:
             self.setup()
             if split == "val":
                 plan = build_plan(self._lengths["val"], validation_config(self.data), 0)
             else:
                 store = self._stores["train"]
+                cfg = curriculum.phase_config(self.data, self.phases[phase])
                 plan = build_plan(
                     self._lengths["train"],
-                    self.data,
+                    cfg if self.data.curriculum else self.data,
                     epoch,
                     np.asarray(store.doc_sources),
                     self.source_weights,
                     self._doc_groups(store),
+                    self._paragraph_starts(store),
                 )
-            # keep one plan per split
-            self._plans = {k: v for k, v in self._plans.items() if k[0] != split}
+            # keep one epoch per split (a curriculum's phases of that epoch)
+            self._plans = {k: v for k, v in self._plans.items() if k[0] != split or k[1] == epoch}
             self._plans[key] = plan
         return self._plans[key]
 
@@ -182,24 +192,44 @@ class PackedDataModule(L.LightningDataModule):
             ids = [store.doc_id(d) for d in range(store.n_docs)]  # once, not every epoch
             self._lengths["directory"] = directory_groups(ids)  # kept with the store arrays
         return self._lengths.get("directory")
-        return None
 
-    def plan_statistics(self, epoch: int, split: str = "train") -> dict[str, Any]:
-        """`packlm.data.epoch.statistics.plan_statistics` of one epoch, with per-source counts (cached:
-        the token budget and the epoch's logging both ask for epoch 0)."""
-        key = (split, epoch)
+    def _paragraph_starts(self, store: TokenStore) -> np.ndarray | None:
+        """The training store's paragraph starts under data.snap=paragraph (read once)."""
+        if self.data.snap == "paragraph" and "paragraphs" not in self._lengths:
+            self._lengths["paragraphs"] = store.paragraph_starts(self.tokenizer)
+        return self._lengths.get("paragraphs")
+
+    def plan_statistics(
+        self, epoch: int, split: str = "train", phase: int | None = None
+    ) -> dict[str, Any]:
+        """`packlm.data.epoch.statistics.plan_statistics` of one epoch (a curriculum phase's:
+        default the last), with per-source counts (cached: the token budget and the epoch's
+        logging both ask for epoch 0)."""
+        key = (split, epoch, len(self.phases) - 1 if phase is None else phase)
         if key not in self._stats:
             store = self.store(split)
-            plan = self.plan(epoch, split)
-            self._stats = {
-                key: plan_statistics(plan, np.asarray(store.doc_sources), store.source_names)
-            }
+            plan = self.plan(epoch, split, key[2])
+            stats = plan_statistics(plan, np.asarray(store.doc_sources), store.source_names)
+            self._stats = {k: v for k, v in self._stats.items() if k[:2] == key[:2]}
+            self._stats[key] = stats
         return self._stats[key]
 
-    def supervised_tokens_per_batch(self) -> float:
-        """Expected supervised targets in one batch of one rank (sizes token budgets)."""
-        stats = self.plan_statistics(0)
+    def supervised_tokens_per_batch(self, phase: int | None = None) -> float:
+        """Expected supervised targets in one batch of one rank (sizes token budgets);
+        `phase`: of a curriculum phase (default: the last)."""
+        stats = self.plan_statistics(0, phase=phase)
         return stats["supervised_tokens"] / max(stats["samples"], 1) * self.data.batch_size
+
+    def expected_supervised_tokens(self, batches: float) -> float:
+        """Expected supervised targets (all ranks) after `batches` global batches, through the
+        curriculum's phases (the lr schedule's token horizon)."""
+        world = self._rank_world()[1]
+        rates = [self.supervised_tokens_per_batch(p) * world for p in range(len(self.phases))]
+        return curriculum.expected_tokens(self.phases, rates, batches)
+
+    def phase_at(self, tokens: int) -> curriculum.Phase:
+        """The curriculum phase of a batch before which `tokens` targets were trained."""
+        return self.phases[curriculum.phase_at(self.phases, tokens)]
 
     # --- dataloaders ---------------------------------------------------------------------
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -209,13 +239,11 @@ class PackedDataModule(L.LightningDataModule):
     def train_dataloader(self) -> PlanDataLoader:
         rank, world = self._rank_world()
         sampler = PlanSampler(
-            lambda e: self.plan(e, "train"),
-            self.data.batch_size,
-            rank,
-            world,
-            epoch=self._trainer_epoch(),
-            on_epoch=self._on_train_epoch,
-        )
+            lambda e, p=None: self.plan(e, "train", p), self.data.batch_size, rank, world,
+            epoch=self._trainer_epoch(), on_epoch=self._on_train_epoch,
+            phases=self.phases if self.data.curriculum else None, position=self._position,
+        )  # fmt: skip
+        self._restored = sampler.after_restore(self._restored)
         self._train_sampler = sampler
         return self._loader("train", sampler)
 
@@ -256,44 +284,14 @@ class PackedDataModule(L.LightningDataModule):
         if epoch in self._logged_epochs or self.trainer is None:
             return
         self._logged_epochs.add(epoch)
-        self._check_epoch_length(epoch)
+        check_epoch_length(self.trainer, self._train_sampler, epoch)
         if self.trainer.is_global_zero and self.trainer.loggers:
             self.log_plan_statistics(epoch)
 
     def log_plan_statistics(self, epoch: int) -> dict[str, Any]:
         """The few statistics worth a line over epochs to the loggers (`data/...`, table:
-        `packlm.callbacks.EpochStatistics`), histograms to TensorBoard; returns them all."""
-        stats = self.plan_statistics(epoch)
-        step = self.trainer.global_step
-        scalars = {f"data/{k}": float(stats[k]) for k in EPOCH_LINES}
-        for index, (name, counts) in enumerate(stats.get("sources", {}).items()):
-            tag = f"data/source/{_tag_name(index, name)}"
-            scalars.update({f"{tag}/{k}": float(counts[k]) for k in SOURCE_LINES})
-        for logger in self.trainer.loggers:
-            logger.log_metrics(scalars, step=step)
-            writer = getattr(logger, "experiment", None)
-            if hasattr(writer, "add_histogram_raw"):
-                for name, h in stats["histograms"].items():
-                    if h.num:
-                        writer.add_histogram_raw(
-                            f"data/{name}", h.min, h.max, h.num, h.sum, h.sum_squares,
-                            h.edges[1:].tolist(), h.counts.tolist(), global_step=step,
-                        )  # fmt: skip
+        `packlm.callbacks.EpochStatistics`), histograms to TensorBoard; returns them all.
+        Under a curriculum: the statistics of the phase the epoch starts in."""
+        stats = self.plan_statistics(epoch, phase=self._position.phase)
+        log_plan_statistics(self.trainer, stats)
         return stats
-
-    def _check_epoch_length(self, epoch: int) -> None:
-        trainer, sampler = self.trainer, self._train_sampler
-        limit, reload = trainer.num_training_batches, trainer.reload_dataloaders_every_n_epochs
-        if sampler is None or not math.isfinite(limit) or reload == 1 or len(sampler) <= limit:
-            return
-        log.warning(
-            "epoch %d has %d batches but Lightning will stop it after %d (the length it read at "
-            "the first epoch); create the Trainer with reload_dataloaders_every_n_epochs=1",
-            epoch, len(sampler), limit,
-        )  # fmt: skip
-
-
-def _tag_name(index: int, name: str) -> str:
-    """A short TensorBoard-safe name for a source: `1_c.jsonl` for `/long/path/c.jsonl`."""
-    leaf = name.rstrip("/").rsplit("/", 1)[-1] or name
-    return f"{index}_" + re.sub(r"[^A-Za-z0-9_.*-]+", "_", leaf).strip("_")

@@ -10,6 +10,10 @@ the gradients and keeps the results for the callbacks: `last_step` (a `StepTotal
 
 Callbacks' `on_before_optimizer_step` run before this module's, so they see gradients
 before the rescale (off by a positive factor only).
+
+The lr schedule is linear warmup then cosine over optimizer steps; under data.curriculum its
+clock is the supervised tokens trained (`tokens_seen`, so a resume is exact), with warmup
+and horizon converted from steps to the tokens the curriculum's phases are expected to take.
 """
 
 from __future__ import annotations
@@ -198,11 +202,30 @@ class LitCausalLM(L.LightningModule):
             )
             total = math.inf
         schedule = partial(lr_factor, warmup=o.warmup_steps, total=total, min_ratio=o.min_lr_ratio)
+        tokens_after = self._curriculum_tokens()
+        if tokens_after is not None:  # the clock is supervised tokens (resumed: tokens_seen)
+            warmup, first = tokens_after(o.warmup_steps), tokens_after(1)
+            horizon = tokens_after(total) if math.isfinite(total) else math.inf
+
+            def schedule(_step: int) -> float:
+                seen = self.tokens_seen["supervised"]
+                return lr_factor(seen, warmup, horizon, o.min_lr_ratio, first)
+
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
+
+    def _curriculum_tokens(self):
+        """Under data.curriculum, optimizer steps -> expected supervised tokens (all ranks),
+        phase by phase; None otherwise: the schedule counts steps."""
+        trainer = self._trainer
+        datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
+        if not getattr(getattr(datamodule, "data", None), "curriculum", None):
+            return None
+        per_step = trainer.accumulate_grad_batches
+        return lambda steps: datamodule.expected_supervised_tokens(steps * per_step)
 
     # --- checkpoints ----------------------------------------------------------------------
 
@@ -213,11 +236,12 @@ class LitCausalLM(L.LightningModule):
         self.tokens_seen.update(checkpoint.get("packlm_tokens_seen", {}))
 
 
-def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
+def lr_factor(step: float, warmup: float, total: float, min_ratio: float, first=1) -> float:
     """Multiplier of the peak lr at optimizer step `step` (0-based): linear warmup, then a
-    cosine from 1 down to min_ratio at step `total`, flat after."""
+    cosine from 1 down to min_ratio at step `total`, flat after. Under a curriculum all are
+    supervised tokens and `first` the tokens of one step: the same schedule, tokens as clock."""
     if step < warmup:
-        return (step + 1) / warmup
+        return min(1.0, (step + first) / warmup)
     if total == math.inf:
         return 1.0
     progress = min(1.0, (step - warmup) / max(1, total - warmup))

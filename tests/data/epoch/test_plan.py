@@ -300,6 +300,6 @@ def test_snap_settings_are_checked_and_validation_never_snaps():
         ConfigError, match=r"^data\.snap_tolerance=8: must be less than data\.stride=8"
     ):
         config(stride=8, snap="document", snap_tolerance=8)
-    with pytest.raises(ConfigError, match=r"^data\.snap='paragraph'"):
-        config(snap="paragraph")
+    with pytest.raises(ConfigError, match=r"^data\.snap='sentence'"):
+        config(snap="sentence")
     assert validation_config(config(snap="document", snap_tolerance=1)).snap == "none"

@@ -115,7 +115,7 @@ def test_histograms_serialize_and_integer_histograms_have_exact_moments():
 @pytest.mark.parametrize("chunk", [1, 2, 7, 64])
 def test_streamed_statistics_do_not_depend_on_the_chunk_size(monkeypatch, overrides, chunk):
     """The sweep over chunks of samples gives exactly the statistics of a single chunk."""
-    from packlm.data.epoch import statistics
+    from packlm.data.epoch.statistics import summary as statistics
 
     plan = plan_of(LENGTHS, config(window=8, **overrides), epoch=1)
     whole = to_json(plan_statistics(plan, SOURCES, ["x", "y", "z"]))
@@ -129,7 +129,7 @@ def test_statistics_memory_grows_by_less_than_32_bytes_a_sample(monkeypatch):
     measures the absolute figure at 1e9 tokens."""
     import tracemalloc
 
-    from packlm.data.epoch import statistics
+    from packlm.data.epoch.statistics import summary as statistics
 
     monkeypatch.setattr(statistics, "CHUNK", 4096)
     peaks, samples = [], []

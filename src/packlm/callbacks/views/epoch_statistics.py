@@ -5,7 +5,8 @@ global step where the epoch starts) and the histograms; this callback adds what 
 of single dots cannot show:
 - Text `data/epoch_statistics`: a column per epoch seen by this run (the last 8), a row per
   statistic (samples, windows per sequence, fill, supervised ratio, target multiplicity
-  mean / never, overlap ...), then the current epoch's per-source counts;
+  mean / never, overlap, windows on a boundary, attention useful fraction ...), then the
+  current epoch's per-source counts;
 - Images `Packing/coverage`: along a stretch of the epoch's stream, how many windows target
   each token, where windows start, where documents start.
 """
@@ -34,6 +35,8 @@ COLUMNS = (  # (statistic, row name, format)
     ("padded_samples", "padded samples", "{:,}"),
     ("tail_windows", "tail windows", "{:,}"),
     ("window_start_at_document_start", "windows starting at a document start", "{:.3f}"),
+    ("window_starts_on_boundary", "windows starting on a boundary (document/paragraph)", "{:.3f}"),
+    ("attention_useful_fraction", "attention useful (allowed / dense causal pairs)", "{:.3f}"),
 )
 SOURCE_COLUMNS = (
     ("samples", "samples", "{:,}"),

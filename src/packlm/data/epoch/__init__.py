@@ -5,17 +5,21 @@
    of (store, config, seed, epoch), a few bytes per document and sequence plus one
    permutation of the samples.
    `order.py`: step 1, the document order: mixing weights, `data.group_by`, shuffling.
-2. `packing.py`: epoch documents -> sequences (`pack_size`: ordered greedy packs, documents
-   never cut; unlimited: the whole stream is one sequence).
+2. `packing/`: epoch documents -> sequences (`pack_size`: ordered greedy or best-fit packs,
+   documents never cut; unlimited: the whole stream is one sequence).
 3. `windows.py`: sequences -> window starts: offset draw, grid, full windows, tail policies,
-   validation windows. Counting and placement come from one function.
+   validation windows. Counting and placement come from one function. `snap.py`: a window
+   start moved forward to a document or paragraph start (`data.snap`).
 4. `sampler.py`: plan -> this rank's batches as document pieces (rank sharding, resume point).
+   `curriculum.py`: data.curriculum, which phase's plan (window, stride) each global batch
+   reads: the switch at the first batch after `until` supervised targets, mid-epoch too,
+   counted ahead from the plan's pieces so the epoch's length and a resume stay exact.
 5. `loader.py`: pieces -> tokens and segments read from the store memmap (in workers);
    `PlanDataLoader` keeps the data position in checkpoints, guarded by the plan signature.
 6. `collate.py`: tokens + segments -> the batch of DESIGN.md (input_ids, labels,
    segment_ids, position_ids).
-7. `statistics.py`: a plan -> what it does to the data (fill, target multiplicity, overlap,
-   per source), without reading a token.
+7. `statistics/`: a plan -> what it does to the data (fill, target multiplicity, overlap,
+   window starts on boundaries, attention work, per source), without reading a token.
 
 `indexing.py` holds the index dtype and interval lookup the plan's arrays share.
 """

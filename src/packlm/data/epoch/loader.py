@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,12 @@ from torch.utils.data import DataLoader, Dataset
 
 from packlm.data.config import DataConfig
 from packlm.data.epoch.collate import Samples, collate_arrays, to_tensors
+from packlm.data.epoch.curriculum import Position
 from packlm.data.epoch.sampler import BatchPieces, PlanSampler
 from packlm.data.store.token_store import TokenStore
 from packlm.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 PLAN_KEYS = (
     "window",
@@ -33,9 +37,12 @@ PLAN_KEYS = (
     "bos",
     "packing",
     "pack_size",
+    "pack_strategy",
+    "pack_buffer",
     "shuffle",
     "shuffle_documents",
     "group_by",
+    "curriculum",
     "batch_size",
     "seed",
 )
@@ -67,7 +74,7 @@ class WindowDataset(Dataset):
 
     def __getitem__(self, batch: BatchPieces) -> Samples:
         row, doc, start, length = batch.pieces  # [p] each, rows in order
-        t1 = self.window + 1
+        t1 = (batch.window or self.window) + 1  # a curriculum phase's window, or the split's
         tokens = np.full((batch.rows, t1), self.pad_id, dtype=np.int64)
         segments = np.full((batch.rows, t1), -1, dtype=np.int32)
         p = len(row)
@@ -122,17 +129,18 @@ class PlanDataLoader(DataLoader):
 
     def __iter__(self):
         sampler: PlanSampler = self.sampler
-        inner = super().__iter__()  # runs at the first next(), after Lightning's set_epoch
-        sampler.start = 0  # the resume point applies to one pass (iter(sampler) may run twice)
-        for batch in inner:
-            sampler.consumed = min(sampler.plan.n_samples, sampler.consumed + sampler.step)
+        sampler.begin_pass()  # runs at the first next(), after Lightning's set_epoch
+        for batch in super().__iter__():
+            phase, tokens = sampler.position.phase, sampler.position.tokens
+            sampler.position.set(sampler.pending.popleft())  # this batch is handed out
+            if sampler.phases and sampler.position.phase != phase:
+                log_switch(sampler, tokens)
             yield to_tensors(batch)
 
     def state_dict(self) -> dict[str, Any]:
         sampler: PlanSampler = self.sampler
         return {
-            "epoch": sampler.epoch,
-            "consumed": sampler.consumed,
+            **sampler.position.as_dict(),  # epoch, consumed, curriculum phase, tokens, batch
             "world_size": sampler.world_size,
             "plan_signature": self.signature,
         }
@@ -148,7 +156,27 @@ class PlanDataLoader(DataLoader):
                 f"rank(s), this run has {self.sampler.world_size}; resume with "
                 f"trainer.devices x trainer.num_nodes = {saved_world}"
             )
-        self.sampler.resume(int(state["epoch"]), int(state["consumed"]))
+        consumed = int(state["consumed"])
+        default_batch = -(-consumed // self.sampler.step)  # a state written before curriculum
+        self.sampler.resume(
+            Position(
+                int(state["epoch"]),
+                int(state.get("phase", 0)),
+                consumed,
+                int(state.get("tokens", 0)),
+                int(state.get("batch", default_batch)),
+            )
+        )
+
+
+def log_switch(sampler: PlanSampler, tokens: int) -> None:
+    """The first batch of a curriculum phase was handed out, `tokens` targets after the start."""
+    at = sampler.position
+    window, stride, _ = sampler.phases[at.phase]
+    log.info(
+        "data.curriculum: phase %d (window %d, stride %d) from global batch %d of epoch %d, "
+        "after %d supervised tokens", at.phase, window, stride, at.batch - 1, at.epoch, tokens,
+    )  # fmt: skip
 
 
 def plan_signature(

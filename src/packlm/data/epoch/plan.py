@@ -20,8 +20,10 @@ import numpy as np
 from packlm.data.config import DataConfig
 from packlm.data.epoch.indexing import index_dtype, interval_of
 from packlm.data.epoch.order import OFFSETS, SAMPLES, epoch_documents, plan_rng
-from packlm.data.epoch.packing import make_sequences
+from packlm.data.epoch.packing import make_sequences, reorder_for_packing
+from packlm.data.epoch.snap import ParagraphIndex, snapped_starts
 from packlm.data.epoch.windows import place_windows, sequence_windows, window_start
+from packlm.errors import ConfigError
 
 GROUP = 32
 """Stream positions are stored for every GROUP-th epoch document (8/GROUP bytes a document)."""
@@ -36,7 +38,7 @@ class EpochPlan:
     stride: int
     tail: str
     packing: str
-    snap_tolerance: int | None  # data.snap=document: how far a window start may move forward
+    snap_tolerance: int | None  # data.snap document/paragraph: how far a start may move forward
     seed: int
     epoch: int
     # int64 [n_docs]: the store's document lengths (shared, not owned)
@@ -53,6 +55,9 @@ class EpochPlan:
     window_cum: np.ndarray
     # int32 [S]: the sample at each position of the epoch; None: in plan order
     sample_order: np.ndarray | None
+    snap: str = "none"  # data.snap
+    # the store's paragraph starts (data.snap=paragraph, or given for the statistics); None: unknown
+    paragraphs: ParagraphIndex | None = None
 
     @property
     def n_samples(self) -> int:
@@ -127,18 +132,9 @@ class EpochPlan:
             moved = k > 0  # a sequence's first window keeps its (random) offset
             if self.tail == "cover":
                 moved &= k < windows.full  # the cover window stays aligned to the end
-            g = np.where(moved, self._snapped(g, start + length), g)
+            g = np.where(moved, snapped_starts(self, g, start + length), g)
             read = np.minimum(self.window + 1, start + length - g)
         return s, g, read
-
-    def _snapped(self, g: np.ndarray, seq_end: np.ndarray) -> np.ndarray:
-        """Each start moved to the next document start within snap_tolerance, if one is there
-        and leaves at least 2 tokens (one input, one target) before the sequence's end."""
-        j = self.locate(g)
-        here = self.doc_start(j)
-        nxt = np.where(here == g, g, self.doc_start(np.minimum(j + 1, self.n_documents)))
-        ok = (nxt - g <= self.snap_tolerance) & (nxt + 2 <= seq_end)
-        return np.where(ok, nxt, g)
 
     def _sequence_windows(self, s: np.ndarray) -> tuple[np.ndarray, ...]:
         """(stream start, length, offset, SequenceWindows) of sequences s."""
@@ -174,15 +170,25 @@ def build_plan(
     doc_sources: np.ndarray | None = None,
     weights: list[float] | None = None,
     doc_groups: np.ndarray | None = None,
+    paragraph_starts: np.ndarray | None = None,
 ) -> EpochPlan:
-    """The plan of `epoch`: document order -> sequences -> offsets -> windows -> sample order.
+    """The plan of `epoch`: document order -> packs -> offsets -> windows -> sample order.
 
-    `doc_groups` (int [n_docs], with data.group_by): documents of a group stay adjacent.
+    `doc_groups` (int [n_docs], with data.group_by): documents of a group stay adjacent (with
+    best_fit packing a pack holds one group's documents). `paragraph_starts` (the store's,
+    `TokenStore.paragraph_starts`; needed by data.snap=paragraph): sorted store positions.
     """
     lengths = np.asarray(doc_lengths, dtype=np.int64)
+    if cfg.snap == "paragraph" and paragraph_starts is None:
+        raise ConfigError(
+            "data.snap=paragraph: the plan needs the store's paragraph starts "
+            "(build_plan(..., paragraph_starts=store.paragraph_starts(tokenizer)))"
+        )
     order = epoch_documents(len(lengths), cfg, epoch, doc_sources, weights, doc_groups)
+    order, seq_first, seq_len = reorder_for_packing(order, lengths, cfg, doc_groups)
     anchors = stream_anchors(order, lengths)
-    seq_first, seq_len = make_sequences(order, lengths, anchors, cfg)
+    if seq_first is None:
+        seq_first, seq_len = make_sequences(order, lengths, anchors, cfg)
     if seq_len is None:  # one sequence per document: lengths in chunks, no full temporary
         n_seq = len(order)
         chunks = (lengths[order[lo : lo + _CHUNK]] for lo in range(0, n_seq, _CHUNK))
@@ -200,7 +206,7 @@ def build_plan(
         stride=cfg.stride,
         tail=cfg.tail,
         packing=cfg.packing,
-        snap_tolerance=cfg.snap_tolerance if cfg.snap == "document" else None,
+        snap_tolerance=cfg.snap_tolerance if cfg.snap != "none" else None,
         seed=cfg.seed,
         epoch=epoch,
         doc_lengths=lengths,
@@ -210,6 +216,10 @@ def build_plan(
         offsets=offsets,
         window_cum=window_cum,
         sample_order=sample_order,
+        snap=cfg.snap,
+        paragraphs=None
+        if paragraph_starts is None
+        else ParagraphIndex.of(paragraph_starts, lengths, cfg.bos),
     )
 
 

@@ -1,4 +1,5 @@
-"""Epoch plan -> this rank's batches, as document pieces: rank sharding and the resume point.
+"""Epoch plan -> this rank's batches, as document pieces: rank sharding, curriculum phases,
+and the resume point.
 
 The sampler runs in the main process and yields, per batch, the document pieces its samples
 read (resolved from the plan). Workers therefore hold no epoch state: persistent workers keep
@@ -7,17 +8,22 @@ dataset only knows the store. Rank r of w takes positions r, r+w, r+2w... of eac
 batch of w*B samples, so all ranks get the same number of batches (a rank short of samples
 in the last one gets PAD rows); DataLoader workers take whole batches in turn, so they
 split a rank's share without duplicates or gaps for any worker count.
+
+With data.curriculum the epoch is a list of segments, one per phase it passes through
+(`packlm.data.epoch.curriculum`); every rank computes the same switches from the global
+batches' targets, so all switch at the same batch.
 """
 
 from __future__ import annotations
 
-import math
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import numpy as np
 from torch.utils.data import Sampler
 
+from packlm.data.epoch.curriculum import Phase, Position, Segment, epoch_segments
 from packlm.data.epoch.plan import EpochPlan
 
 
@@ -26,70 +32,134 @@ class BatchPieces(NamedTuple):
 
     rows: int
     pieces: np.ndarray  # int64 [4, p]: row, store document, start in document, length
+    window: int | None = None  # the phase's window (None: the dataset's)
 
 
 class PlanSampler(Sampler):
-    """Yields this rank's BatchPieces for the current epoch, from sample `start` of the epoch."""
+    """Yields this rank's BatchPieces for the current epoch, from `position` on.
+
+    `plan_for(epoch)` gives the plan; with `phases` (a curriculum) `plan_for(epoch, phase)`.
+    `position` (shared by the samplers of successive epochs, so the curriculum's phase and
+    count carry over) is where training is; it moves when the loader hands a batch out.
+    """
 
     def __init__(
         self,
-        plan_for: Callable[[int], EpochPlan],
+        plan_for: Callable[..., EpochPlan],
         batch_size: int,
         rank: int = 0,
         world_size: int = 1,
         epoch: int = 0,
         on_epoch: Callable[[int], None] | None = None,
+        phases: list[Phase] | None = None,
+        position: Position | None = None,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
-        self.plan_for = plan_for
+        self.phases = phases
+        self.plan_for = plan_for if phases else (lambda e, p: plan_for(e))
         self.batch_size = batch_size
         self.rank = rank
         self.world_size = world_size
-        self.epoch = epoch
-        self.start = 0  # first sample of the next pass (set by a resume, cleared by the loader)
-        self.consumed = 0  # samples of this epoch handed to training, all ranks together
         self.on_epoch = on_epoch
-        self._plan: EpochPlan | None = None
-        self._plan_epoch = -1
+        self.position = position if position is not None else Position()
+        self.pending: deque[Position] = deque()  # positions after the batches yielded, in order
+        self._segments: tuple[tuple[int, ...], list[Segment]] | None = None
+        self._epoch_start = Position(**self.position.as_dict())  # where a new pass starts
+        self._resumed = False  # a resume point applies to the next pass only
+        self.batches_before = 0  # batches Lightning counts before this epoch's first (see len)
+        self._move_to(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self.position.epoch
+
+    @property
+    def consumed(self) -> int:
+        """Samples of the current phase's plan of this epoch handed to training (all ranks)."""
+        return self.position.consumed
 
     @property
     def plan(self) -> EpochPlan:
-        """The current epoch's plan (built once per epoch)."""
-        if self._plan is None or self._plan_epoch != self.epoch:
-            self._plan, self._plan_epoch = self.plan_for(self.epoch), self.epoch
-        return self._plan
+        """The plan the next batch reads (the current phase's, built once per epoch)."""
+        return self.plan_for(self.position.epoch, self.position.phase)
 
     @property
     def step(self) -> int:
         """Samples per global batch (all ranks)."""
         return self.batch_size * self.world_size
 
+    def _move_to(self, epoch: int) -> None:
+        """A new epoch starts at its first sample, in the phase and count reached so far."""
+        p = self.position
+        if epoch != p.epoch:
+            p.set(Position(epoch, p.phase, 0, p.tokens, 0))
+            self._epoch_start = Position(**p.as_dict())
+
     def set_epoch(self, epoch: int) -> None:
-        """Called by Lightning at every epoch start; a new epoch starts at its first sample."""
-        if epoch != self.epoch:
-            self.epoch, self.start, self.consumed = epoch, 0, 0
+        """Called by Lightning at every epoch start."""
+        self._move_to(epoch)
         if self.on_epoch is not None:
             self.on_epoch(epoch)
 
-    def resume(self, epoch: int, consumed: int) -> None:
-        """Continue `epoch` after `consumed` samples; an older epoch than the current is ignored
-        (the run moved past it, e.g. a checkpoint written at the end of that epoch)."""
-        if epoch >= self.epoch:
-            self.epoch, self.start, self.consumed = epoch, consumed, consumed
+    def resume(self, position: Position) -> None:
+        """Continue from a saved position; an older epoch than the current is ignored (the run
+        moved past it, e.g. a checkpoint written at the end of that epoch)."""
+        if position.epoch >= self.position.epoch:
+            self.position.set(position)
+            # a pass after this one restarts the epoch (mid-epoch under a curriculum: this point)
+            start = position if self.phases else Position(position.epoch)
+            self._epoch_start, self._resumed = Position(**start.as_dict()), True
+
+    def after_restore(self, restored: Position | None) -> Position | None:
+        """Resumed from the last batch of an epoch, Lightning keeps that epoch's batch count
+        for the next one and stops it at len() (it restarts at 0 only if the count reaches
+        len): a longer next epoch gets that count added to its length. Called with the
+        checkpoint's position on each new loader; returns it while it may still apply."""
+        if restored is None or self.epoch < restored.epoch:
+            return None
+        if self.epoch == restored.epoch:  # the restored epoch itself: ended there?
+            return restored if len(self) == restored.batch else None
+        if len(self) > restored.batch:
+            self.batches_before = restored.batch
+        return None
+
+    def begin_pass(self) -> None:
+        """Where a pass over the loader starts: a resume point once, else the epoch's start
+        (validation runs the same epoch many times)."""
+        if not self._resumed:
+            self.position.set(self._epoch_start)
+        self._resumed = False
+
+    def segments(self) -> list[Segment]:
+        """The rest of the epoch from the position (cached for one position)."""
+        p = self.position
+        key = (p.epoch, p.phase, p.consumed, p.tokens)
+        if self._segments is None or self._segments[0] != key:
+            phases = self.phases or [Phase(0, 0, None)]
+            self._segments = key, epoch_segments(p, phases, self.plan_for, self.step)
+        return self._segments[1]
 
     def __len__(self) -> int:
-        """Batches of the whole epoch on every rank (also when resuming mid-epoch)."""
-        return math.ceil(self.plan.n_samples / self.step)
+        """Batches of the whole epoch on every rank (also when resuming mid-epoch), plus
+        `batches_before`: resumed from the last batch of an epoch, Lightning goes on counting
+        the next epoch's batches from that epoch's count when the next one is longer."""
+        return self.batches_before + self.position.batch + sum(s.batches for s in self.segments())
 
     def __iter__(self) -> Iterator[BatchPieces]:
-        self.consumed = self.start
-        return self._batches(self.plan, self.start)
+        self.pending.clear()
+        return self._batches(self.segments(), Position(**self.position.as_dict()))
 
-    def _batches(self, plan: EpochPlan, start: int) -> Iterator[BatchPieces]:
-        n = plan.n_samples
+    def _batches(self, segments: list[Segment], at: Position) -> Iterator[BatchPieces]:
         mine = self.rank + self.world_size * np.arange(self.batch_size)  # [B] slots of this rank
-        for base in range(start, n, self.step):
-            positions = base + mine
-            ids = plan.sample_ids(positions[positions < n])
-            yield BatchPieces(self.batch_size, np.stack(plan.pieces(ids)))
+        for seg in segments:
+            plan = self.plan_for(at.epoch, seg.phase)
+            n, window = plan.n_samples, self.phases[seg.phase].window if self.phases else None
+            for j in range(seg.batches):
+                base = seg.start + j * self.step
+                positions = base + mine
+                ids = plan.sample_ids(positions[positions < n])
+                tokens = at.tokens + (int(seg.targets[j]) if seg.targets is not None else 0)
+                at = Position(at.epoch, seg.phase, min(n, base + self.step), tokens, at.batch + 1)
+                self.pending.append(at)
+                yield BatchPieces(self.batch_size, np.stack(plan.pieces(ids)), window)

@@ -126,6 +126,14 @@ class TokenStore:
         """Token ids of document d (a memmap slice, no copy), EOS included."""
         return self.tokens[self.doc_offsets[d] : self.doc_offsets[d + 1]]
 
+    def paragraph_starts(self, tokenizer: Any) -> np.ndarray:
+        """Sorted store positions of the paragraph starts (`packlm.data.store.paragraphs`),
+        from a packlm Tokenizer or a list of bytes per id; cached in the store directory."""
+        from packlm.data.store.paragraphs import cached_paragraph_starts, token_table
+
+        table = tokenizer if isinstance(tokenizer, (list, tuple)) else token_table(tokenizer)
+        return cached_paragraph_starts(self, table)
+
     def doc_id(self, d: int) -> str:
         """The stable id of document d (loaded on first use)."""
         if self._doc_ids is None:

@@ -1,7 +1,10 @@
-"""Ordered greedy packing: epoch documents -> sequences, documents never cut.
+"""Packing: epoch documents -> sequences, documents never cut.
 
-Part of the epoch plan (packlm.data.epoch.plan): a pack holds whole consecutive documents of the
-epoch order up to `data.pack_size` tokens; a longer document is a pack alone.
+Part of the epoch plan (packlm.data.epoch.plan). `data.pack_strategy=ordered`: a pack holds
+whole consecutive documents of the epoch order up to `data.pack_size` tokens (greedy: it
+closes when the next document does not fit); a longer document is a pack alone. `best_fit`
+(packlm.data.epoch.packing.best_fit) first reorders each buffer of the epoch order so its packs are
+tighter, then the packs are intervals of the new order just the same.
 """
 
 from __future__ import annotations
@@ -10,15 +13,26 @@ import numpy as np
 
 from packlm.data.config import DataConfig
 from packlm.data.epoch.indexing import index_dtype
+from packlm.data.epoch.packing.best_fit import best_fit_packs
 
 _CHUNK = 1 << 20  # documents per vectorized step: bounds the temporaries
+
+
+def reorder_for_packing(
+    order: np.ndarray, lengths: np.ndarray, cfg: DataConfig, doc_groups: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """best_fit: (the epoch order with each pack's documents adjacent, first document of each
+    pack then n_ord, pack lengths); ordered: (order, None, None), packs come later."""
+    if cfg.pack_strategy != "best_fit" or cfg.packing == "none" or cfg.pack_size is None:
+        return order, None, None
+    return best_fit_packs(order, lengths, cfg.pack_size, cfg.pack_buffer, doc_groups)
 
 
 def make_sequences(
     order: np.ndarray, lengths: np.ndarray, anchors: np.ndarray, cfg: DataConfig
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """(first epoch document of each sequence, then n_ord; their lengths), both None for
-    packing none (one sequence per document)."""
+    """Ordered packing: (first epoch document of each sequence, then n_ord; their lengths),
+    both None for packing none (one sequence per document)."""
     n = len(order)
     if cfg.packing == "none":
         return None, None

@@ -2,7 +2,8 @@
 
 1. `entries.py`: an entry (default, a path, a glob, a directory with include/exclude, a
    `save_to_disk` folder, {path, weight}) -> a `Source` and its files, resolved before any
-   reading (a missing path fails at once).
+   reading (a missing path fails at once); `span.py`: {path, span: [a, b]}, a byte range of
+   a text file (nanoGPT's 90/10 split of one file).
 2. `formats.py`: a file's format from its first bytes (gzip, bz2, xz, zstd; Parquet, Arrow,
    Feather; binary signatures) and its name (.jsonl / .ndjson / .json lines, any case).
 3. `text.py`: text and JSON-lines readers: streamed, newlines normalised, split on
@@ -20,6 +21,7 @@ from pathlib import Path
 from packlm.data.store.sources.document import Document, ReadCounts, ReadOptions, SourceError
 from packlm.data.store.sources.entries import DEFAULT, Source, resolve_sources
 from packlm.data.store.sources.formats import detect, open_stream
+from packlm.data.store.sources.span import open_span
 from packlm.data.store.sources.tables import table_documents
 from packlm.data.store.sources.text import jsonl_documents, text_documents
 
@@ -69,6 +71,13 @@ def _documents_of(
         return
     if fmt.kind in ("parquet", "arrow"):
         yield from table_documents(path, fmt, prefix, source.index, options, counts)
+        return
+    if source.span is not None:
+        with open_span(path, fmt, source.span) as f:
+            yield from text_documents(
+                f, path, f"{prefix}@{source.span[0]}-{source.span[1]}", source.index,
+                options.separator, options, counts,
+            )  # fmt: skip
         return
     with open_stream(path, fmt.compression) as f:
         if fmt.kind == "jsonl":

@@ -2,7 +2,7 @@
 
 An entry is "default" (the embedded stdlib corpus), a file, a directory (every file under
 it but hidden ones), a glob, a `datasets.save_to_disk` folder, or a mapping
-{path, weight, include, exclude}: include/exclude are glob patterns on the path relative to
+{path, weight, include, exclude, span}: include/exclude are glob patterns on the path relative to
 the entry (`*.py`, `**/tests/**`). An existing path is read as that path even when its name
 holds glob characters (`notes[1].txt`). Directory walks follow file symlinks, skip hidden
 entries, and count what is not a regular file (FIFOs, sockets) instead of blocking on it.
@@ -45,6 +45,8 @@ class Source:
     """One file named by the entry (a binary one is an error) or found by a walk (skipped)."""
     special_files: int = 0
     """Entries of the walk that are not regular files (skipped, counted)."""
+    span: tuple[float, float] | None = None
+    """{path, span: [a, b]}: only bytes [a, b) of each file, as fractions of its size."""
 
     @property
     def total_bytes(self) -> int:
@@ -59,6 +61,7 @@ class Source:
             "files": len(self.stats),
             "bytes": self.total_bytes,
             "digest": digest,
+            **({"span": list(self.span)} if self.span is not None else {}),
         }
 
 
@@ -108,7 +111,9 @@ def _resolve(entry: Any, index: int, key: str) -> Source:
         except OSError as e:
             raise SourceError(f"{file}: cannot read ({e.strerror})") from e
         stats.append((str(file.resolve()), st.st_size, st.st_mtime_ns))
-    return Source(name, weight, index, files, root, stats, explicit, special)
+    span = None if isinstance(entry, str) or entry.get("span") is None else entry.get("span")
+    span = None if span is None else (float(span[0]), float(span[1]))
+    return Source(name, weight, index, files, root, stats, explicit, special, span)
 
 
 def _walk(directory: Path, include: list[str], exclude: list[str]) -> tuple[list[Path], int]:

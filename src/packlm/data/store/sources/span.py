@@ -1,0 +1,62 @@
+"""`{path: ..., span: [a, b]}`: the part of a text file between fractions a and b of its bytes.
+
+nanoGPT's split of one file (the first 90% for training, the last 10% held out) without
+copying the file: `data.sources=[{path: x.txt, span: [0, 0.9]}]` and
+`data.val_sources=[{path: x.txt, span: [0.9, 1]}]`. A cut at byte int(f * size) moves forward
+to the next UTF-8 character start, so the spans [a, b] and [b, c] of one file share no byte
+and miss none (on ASCII text the cut is nanoGPT's `data[:int(n * 0.9)]`). Only uncompressed
+text files have byte offsets to cut at; any other file is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import BinaryIO
+
+from packlm.data.store.sources.document import SourceError
+from packlm.data.store.sources.formats import Format
+
+
+class SpanReader:
+    """A binary file object reading bytes [start, end) of `path`."""
+
+    def __init__(self, path: Path, span: tuple[float, float]):
+        try:
+            self._f = open(path, "rb")  # noqa: SIM115 (closed by close())
+        except OSError as e:
+            raise SourceError(f"{path}: cannot read ({e.strerror})") from e
+        size = self._f.seek(0, 2)
+        self.start, self.end = (self._cut(int(f * size), size) for f in span)
+        self._f.seek(self.start)
+
+    def _cut(self, offset: int, size: int) -> int:
+        """`offset` moved forward past UTF-8 continuation bytes (0b10xxxxxx)."""
+        self._f.seek(offset)
+        for byte in self._f.read(3):
+            if byte & 0xC0 != 0x80:
+                break
+            offset += 1
+        return min(offset, size)
+
+    def read(self, size: int = -1) -> bytes:
+        left = self.end - self._f.tell()
+        return self._f.read(left if size < 0 else min(size, left)) if left > 0 else b""
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> SpanReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_span(path: Path, fmt: Format, span: tuple[float, float]) -> BinaryIO:
+    """A reader of the span of an uncompressed text file; SourceError for any other file."""
+    if fmt.kind != "text" or fmt.compression is not None:
+        raise SourceError(
+            f"{path}: span={list(span)} cuts a file at byte offsets, so it needs an uncompressed "
+            f"text file; this one is {fmt.describe()}"
+        )
+    return SpanReader(path, span)  # type: ignore[return-value]
