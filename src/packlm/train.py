@@ -19,7 +19,7 @@ from pathlib import Path
 import hydra
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
-from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint
+from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
@@ -28,6 +28,7 @@ from packlm.callbacks import (
     BatchHashes,
     BatchImages,
     CheckpointExtras,
+    EpochProgressBar,
     EpochStatistics,
     GracefulStop,
     HParams,
@@ -40,6 +41,7 @@ from packlm.callbacks import (
     TextSamples,
     TrainingRowText,
     TrainingStopped,
+    rich_available,
 )
 from packlm.config import CONFIG_DIR, Validated, swept_keys, validate_config
 from packlm.data.datamodule import PackedDataModule
@@ -140,6 +142,9 @@ def train(
             )
         )
 
+    own_bar = any(isinstance(c, ProgressBar) for c in callbacks)  # a user's own bar wins
+    if config.trainer.enable_progress_bar and rich_available() and not own_bar:
+        callbacks.append(EpochProgressBar())
     trainer_kwargs = config.trainer.trainer_kwargs()
     if config.train.max_supervised_tokens:
         trainer_kwargs["max_steps"] = -1  # the token budget decides

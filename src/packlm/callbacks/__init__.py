@@ -9,6 +9,7 @@
 - `checkpoint_extras.py`: the tokenizer, data config and run settings inside each checkpoint.
 - `resumed_settings.py`: `ResumedSettings`, a resume applies the current optimizer settings.
 - `batch_hashes.py`: `BatchHashes`, per-batch hashes for comparing runs (debugging, tests).
+- `progress_bar.py`: `EpochProgressBar`, Lightning's rich bar without "Epoch 3/-2".
 - `views/`: what TensorBoard shows of the data path (batch images, epoch tables, coverage,
   a decoded row, HParams, text samples).
 """
@@ -23,6 +24,7 @@ from packlm.callbacks.checkpointing import (
     LastCheckpoint,
     TrainingStopped,
 )
+from packlm.callbacks.progress_bar import EpochProgressBar, rich_available
 from packlm.callbacks.resumed_settings import ResumedSettings
 from packlm.callbacks.step_metrics import StepMetrics
 from packlm.callbacks.token_axis import LossFirst, SupervisedTokenAxis
@@ -40,6 +42,7 @@ __all__ = [
     "BatchImages",
     "BestCheckpoint",
     "CheckpointExtras",
+    "EpochProgressBar",
     "EpochStatistics",
     "GracefulStop",
     "HParams",
@@ -52,4 +55,5 @@ __all__ = [
     "TextSamples",
     "TrainingRowText",
     "TrainingStopped",
+    "rich_available",
 ]
