@@ -8,21 +8,15 @@ from collections import Counter
 
 import numpy as np
 
-from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
+from helpers.plans import loader_over
+from packlm.data.epoch.loader import PlanDataLoader
 from packlm.data.epoch.sampler import PlanSampler
 
 
 def plan_loader(store, cfg, build, rank=0, world=1, workers=0, epoch=0) -> PlanDataLoader:
     """A loader over `build(epoch) -> EpochPlan` for rank `rank` of `world`."""
     sampler = PlanSampler(build, cfg.batch_size, rank, world, epoch)
-    return PlanDataLoader(
-        WindowDataset(store.path, cfg.window, store.pad_id),
-        sampler,
-        cfg.packing,
-        plan_signature(cfg, store, None),
-        num_workers=workers,
-        persistent_workers=False,
-    )
+    return loader_over(store, cfg, sampler, workers)
 
 
 def rows(batches, pad_id) -> list[tuple[int, int]]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from packlm.data.config import DataConfig
 from packlm.data.epoch.collate import collate
-from packlm.data.epoch.loader import WindowDataset
+from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
 from packlm.data.epoch.plan import EpochPlan, build_plan
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.store.token_store import write_store
@@ -66,6 +66,18 @@ def write_position_store(path: Path, lengths, sources=None, names=None):
 def all_batches(plan: EpochPlan, dataset: WindowDataset, batch_size: int, rank=0, world=1):
     sampler = PlanSampler(lambda e: plan, batch_size, rank, world, epoch=plan.epoch)
     return [collate(dataset[b], plan.packing) for b in sampler]
+
+
+def loader_over(store, cfg: DataConfig, sampler: PlanSampler, workers=0, weights=None):
+    """A PlanDataLoader reading `store` in the batches of `sampler` (workers not persistent)."""
+    return PlanDataLoader(
+        WindowDataset(store.path, cfg.window, store.pad_id),
+        sampler,
+        cfg.packing,
+        plan_signature(cfg, store, weights),
+        num_workers=workers,
+        persistent_workers=False,
+    )
 
 
 def plan_of(lengths, cfg: DataConfig, epoch: int = 0, **kw) -> EpochPlan:

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from helpers.plans import PAD, config, position_store, write_position_store
+from helpers.plans import PAD, config, loader_over, position_store, write_position_store
 from packlm.data.config import DataConfig
 from packlm.data.epoch.collate import collate
 from packlm.data.epoch.curriculum import (
@@ -22,7 +22,7 @@ from packlm.data.epoch.curriculum import (
     phases_of,
     sample_targets,
 )
-from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
+from packlm.data.epoch.loader import PlanDataLoader, WindowDataset
 from packlm.data.epoch.plan import build_plan
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.errors import ConfigError
@@ -49,14 +49,7 @@ def loader(store, cfg, rank=0, world=1, workers=0, epoch=0, position=None) -> Pl
         lambda e, p: build_plan(lengths, phase_config(cfg, phases[p]), e),
         cfg.batch_size, rank, world, epoch, phases=phases, position=position,
     )  # fmt: skip
-    return PlanDataLoader(
-        WindowDataset(store.path, cfg.window, store.pad_id),
-        sampler,
-        cfg.packing,
-        plan_signature(cfg, store, None),
-        num_workers=workers,
-        persistent_workers=False,
-    )
+    return loader_over(store, cfg, sampler, workers)
 
 
 def epochs(store, cfg, n_epochs=3, **kw) -> list[list[dict]]:

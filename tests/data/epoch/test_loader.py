@@ -8,9 +8,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from helpers.plans import config, plan_of, write_position_store
+from helpers.plans import config, loader_over, plan_of, write_position_store
 from packlm.data.epoch.collate import Samples
-from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
+from packlm.data.epoch.loader import WindowDataset
 from packlm.data.epoch.plan import build_plan
 from packlm.data.epoch.sampler import BatchPieces, PlanSampler
 from packlm.errors import ConfigError
@@ -32,14 +32,7 @@ def loader(store, cfg, rank=0, world=1, workers=0, epoch=0, weights=None):
     sampler = PlanSampler(
         lambda e: build_plan(lengths, cfg, e, sources, weights), cfg.batch_size, rank, world, epoch
     )
-    return PlanDataLoader(
-        WindowDataset(store.path, cfg.window, store.pad_id),
-        sampler,
-        cfg.packing,
-        plan_signature(cfg, store, weights),
-        num_workers=workers,
-        persistent_workers=False,
-    )
+    return loader_over(store, cfg, sampler, workers, weights)
 
 
 def rows(batches, pad_id):
