@@ -1,18 +1,21 @@
 """Model benchmarks: packlm's training step against a GPT-2-style reference, as ratios.
 
-    python bench/model.py [--quick] [--no-compile]   # CPU: 2.5-4 minutes on 2 cores
+    python bench/model.py [--quick] [--no-compile]   # CPU: about 5 minutes on 2 cores
 
 At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one run:
 1. Training steps (forward + backward + clip + AdamW + schedule) in a bare loop: packlm's
    Transformer (document masks, 4 documents per row; stream rows; torch.compile) against
    `ReferenceGPT` (nanoGPT's GPT: LayerNorm, GELU MLP 4x, learned positions, is_causal
    SDPA, tied head, no biases), eager; and LitCausalLM in a Lightning Trainer with
-   StepMetrics (eager, model.compile=true) against the same bare loops.
+   StepMetrics (eager, model.compile=true) against the same bare loops. The reference runs
+   in float32, as nanoGPT's train.py does on any CPU; packlm in what trainer.precision=auto
+   picks (bf16-mixed on a CPU with AVX512-BF16 or AMX, float32 attention), and both are also
+   shown under the other's precision, so the ratio of the recipe and of the model are apart.
 2. Forward + backward with block-diagonal SDPA vs is_causal SDPA (stream rows), with the
    additive float mask the model uses and with a bool mask. GPU figures: bench/gpu.py.
-A step's time is the wall time between consecutive step ends (data fetch included); the
-table uses the median over all steps of all repeats, the contenders taking turns so a
-busy neighbour on a shared machine hits them alike.
+A step's time is the wall time between consecutive step ends (data fetch included). The
+contenders take turns, one run each per repeat; a ratio is the median over repeats of that
+repeat's ratio of median step times, so a busy minute on a shared machine hits both sides.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from packlm.model import masks
 from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM, lr_factor
 from packlm.model.transformer import Transformer, positions_from_segments
+from packlm.run.trainer_config import auto_precision
 
 CONFIG = dict(vocab_size=65, context_length=64, n_layer=4, n_head=4, n_embd=128)
 B, T = 12, 64
@@ -90,8 +94,11 @@ class ReferenceBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)  # [B, T, C] each
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, T, D]
+        dtype = masks.attention_dtype(x)  # packlm's CPU rule: float32 under bf16 autocast
+        q, k, v = (
+            t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2).to(dtype) for t in (q, k, v)
+        )  # [B, H, T, D]
+        y = masks.attend(q, k, v, masks.AttentionMask(is_causal=True))  # is_causal SDPA
         x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))  # [B, T, C]
 
@@ -128,13 +135,13 @@ class BareLoop:
     """A model with AdamW + warmup/cosine, trained by a plain loop with packlm's math (sum CE /
     supervised, clip 1.0); built once, so a compiled model compiles once for all repeats."""
 
-    def __init__(self, model: nn.Module, stream: bool = False):
-        self.model, self.stream = model, stream
+    def __init__(self, model: nn.Module, stream: bool = False, bf16: bool = False):
+        self.model, self.stream, self.bf16 = model, stream, bf16
         self.params = params = list(model.parameters())
         self.opt = torch.optim.AdamW(
             [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-            lr=3e-3, betas=(0.9, 0.95),
+            lr=3e-3, betas=(0.9, 0.95), fused=not bf16,  # as LitCausalLM chooses
         )  # fmt: skip
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, partial(lr_factor, warmup=10, total=1000, min_ratio=0.1)
@@ -143,15 +150,18 @@ class BareLoop:
     def __call__(self, batches, warmup: int) -> list[float]:
         stamps = []
         for batch in DataLoader(batches, batch_size=None):
-            if self.stream:  # as LitCausalLM does for stream batches: no segments, positions 0..T-1
-                logits = self.model(batch["input_ids"])
-            else:
-                logits = self.model(batch["input_ids"], batch["segment_ids"], batch["position_ids"])
-            labels = batch["labels"]
-            loss = (
-                F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
-                / (labels != -100).sum()
-            )
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):  # bf16-mixed
+                if self.stream:  # as LitCausalLM does for stream batches: positions 0..T-1
+                    logits = self.model(batch["input_ids"])
+                else:
+                    logits = self.model(
+                        batch["input_ids"], batch["segment_ids"], batch["position_ids"]
+                    )
+                labels = batch["labels"]
+                loss = (
+                    F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
+                    / (labels != -100).sum()
+                )
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.params, 1.0)
             self.opt.step()
@@ -172,16 +182,25 @@ class StepStamps(L.Callback):
         self.stamps.append(time.perf_counter())
 
 
-def lightning_loop(batches, warmup: int, tensorboard: bool, compile: bool = False) -> list[float]:
-    torch.manual_seed(0)
-    lit = LitCausalLM(
-        dict(CONFIG, compile=compile), {"lr": 3e-3, "warmup_steps": 10, "max_steps": 1000}
-    )
+_modules: dict[bool, LitCausalLM] = {}
+
+
+def lightning_loop(
+    batches, warmup: int, tensorboard: bool, compile: bool = False, precision: str = "32-true"
+) -> list[float]:
+    """A fresh Trainer per call around one module per `compile`, built once (compiled once)."""
+    if compile not in _modules:
+        torch.manual_seed(0)
+        _modules[compile] = LitCausalLM(
+            dict(CONFIG, compile=compile), {"lr": 3e-3, "warmup_steps": 10, "max_steps": 1000}
+        )
+    lit = _modules[compile]
     stamps = StepStamps()
     with tempfile.TemporaryDirectory() as tmp:
         logger = L.pytorch.loggers.TensorBoardLogger(tmp) if tensorboard else False
         trainer = L.Trainer(
             accelerator="cpu", devices=1, max_steps=len(batches), gradient_clip_val=1.0,
+            precision=precision,
             logger=logger, log_every_n_steps=10, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, callbacks=[StepMetrics(), stamps],
         )  # fmt: skip
@@ -222,15 +241,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=40, help="timed steps per run (T=64)")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="--steps 15 --repeats 2")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per run (T=64)")
+    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--quick", action="store_true", help="--steps 10 --repeats 3")
     parser.add_argument(
         "--no-compile", dest="compile", action="store_false", help="skip the model.compile rows"
     )
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.repeats = 15, 2
+        args.steps, args.repeats = 10, 3
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warmup = 5
@@ -239,15 +258,20 @@ def main() -> None:
     n_long = warmup + max(4, args.steps // 4) + 1
     long_packed = [packed_batch(B, 256, 4, 65, seed=i) for i in range(n_long)]
 
+    auto = auto_precision("cpu")  # what trainer.precision=auto picks on this CPU
+    low = auto == "bf16-mixed"
     loops = {
         "reference": BareLoop(seeded(ReferenceGPT)),
+        "reference bf16": BareLoop(seeded(ReferenceGPT), bf16=True),
         "bare": BareLoop(seeded()),
-        "bare stream": BareLoop(seeded(), stream=True),
+        "bare bf16": BareLoop(seeded(), bf16=True),
+        "bare stream": BareLoop(seeded(), stream=True, bf16=low),
     }
     if args.compile:
-        loops["bare compiled"] = BareLoop(seeded(compile=True))
+        loops["bare compiled"] = BareLoop(seeded(compile=True), bf16=low)
     contenders = {name: partial(loop, packed, warmup) for name, loop in loops.items()}
     contenders |= {
+        "lightning auto": lambda: lightning_loop(packed, warmup, False, precision=auto),
         "lightning": lambda: lightning_loop(packed, warmup, tensorboard=False),
         "lightning+tb": lambda: lightning_loop(packed, warmup, tensorboard=True),
         "causal": lambda: forward_backward([as_stream(b) for b in packed], warmup, CONFIG),
@@ -257,42 +281,51 @@ def main() -> None:
         "float256": lambda: forward_backward(long_packed, warmup, long_config),
     }  # fmt: skip
     if args.compile:
-        contenders["lightning compiled"] = partial(lightning_loop, packed, warmup, False, True)
-    steps: dict[str, list[float]] = {name: [] for name in contenders}
+        contenders["lightning compiled"] = partial(
+            lightning_loop, packed, warmup, False, True, precision=auto
+        )
+    steps: dict[str, list[list[float]]] = {name: [] for name in contenders}
     for _ in range(args.repeats):
         for name, run in contenders.items():
-            steps[name] += run()
-    ms = {name: 1e3 * statistics.median(s) for name, s in steps.items()}
+            steps[name].append(run())
+    ms = {name: 1e3 * statistics.median(sum(s, [])) for name, s in steps.items()}
 
-    ref = ms["reference"]  # tokens/s ratio to the reference = its time / ours
+    def ratio(a: str, b: str) -> float:
+        """Time of a / time of b, the median over repeats of each repeat's own ratio: the
+        contenders of one repeat ran back to back, so a slow minute hits both."""
+        pairs = zip(steps[a], steps[b], strict=True)
+        return statistics.median(statistics.median(x) / statistics.median(y) for x, y in pairs)
+
     rows = [
-        ("reference GPT-2-style model, bare loop: tokens/s", B * T / ref * 1e3),
-        ("packlm bare loop, document masks: tokens/s", B * T / ms["bare"] * 1e3),
-        ("packlm bare, document masks / reference (tokens/s; aim >= 1.2)", ref / ms["bare"]),
-        ("packlm bare, stream rows / reference (tokens/s)", ref / ms["bare stream"]),
-        ("packlm Lightning+StepMetrics, document / reference bare (tok/s)", ref / ms["lightning"]),
-    ]
+        ("reference GPT-2-style model, float32, bare loop: tokens/s", B * T / ms["reference"] * 1e3),
+        (f"packlm Lightning+StepMetrics, precision=auto ({auto}): tokens/s", B * T / ms["lightning auto"] * 1e3),
+        (f"packlm Lightning, auto ({auto}) / reference float32 (tok/s; aim >= 1.2)", ratio("reference", "lightning auto")),
+        ("packlm Lightning, 32-true / reference float32 (tokens/s)", ratio("reference", "lightning")),
+        ("packlm bare, document masks, float32 / reference float32 (tok/s)", ratio("reference", "bare")),
+        ("packlm bare, document masks, bf16-mixed / reference float32", ratio("reference", "bare bf16")),
+        ("packlm bare, bf16-mixed / reference bf16-mixed, packlm's CPU rule", ratio("reference bf16", "bare bf16")),
+        ("reference: bf16-mixed with packlm's CPU rule / float32 (tokens/s)", ratio("reference", "reference bf16")),
+        (f"packlm bare, stream rows, {auto} / reference float32 (tokens/s)", ratio("reference", "bare stream")),
+    ]  # fmt: skip
     if args.compile:
         rows += [
-            ("packlm bare compiled, document / reference eager (tokens/s)", ref / ms["bare compiled"]),
-            ("packlm Lightning compiled, document / reference bare (tok/s)", ref / ms["lightning compiled"]),
-            ("packlm bare: compiled / eager (tokens/s)", ms["bare"] / ms["bare compiled"]),
+            (f"packlm bare compiled, {auto} / reference eager float32 (tok/s)", ratio("reference", "bare compiled")),
+            (f"packlm Lightning compiled, {auto} / reference float32 (tok/s)", ratio("reference", "lightning compiled")),
         ]  # fmt: skip
     rows += [
-        ("Lightning (no logger): tokens/s", B * T / ms["lightning"] * 1e3),
-        ("Lightning / bare (time; aim <= 1.05)", ms["lightning"] / ms["bare"]),
-        ("Lightning + TensorBoard (every 10 steps) / bare (time)", ms["lightning+tb"] / ms["bare"]),
-        ("T=64 fwd+bwd: block-diag float mask / is_causal (aim <= 1.1)", ms["float"] / ms["causal"]),
-        ("T=64 fwd+bwd: block-diag bool mask / is_causal", ms["bool"] / ms["causal"]),
-        ("T=256 fwd+bwd: block-diag float mask / is_causal", ms["float256"] / ms["causal256"]),
+        ("Lightning 32-true (no logger) / bare float32 (time; aim <= 1.05)", ratio("lightning", "bare")),
+        ("Lightning + TensorBoard (every 10 steps) / bare (time)", ratio("lightning+tb", "bare")),
+        ("T=64 fwd+bwd: block-diag float mask / is_causal (aim <= 1.1)", ratio("float", "causal")),
+        ("T=64 fwd+bwd: block-diag bool mask / is_causal", ratio("bool", "causal")),
+        ("T=256 fwd+bwd: block-diag float mask / is_causal", ratio("float256", "causal256")),
     ]  # fmt: skip
     print(
         f"\nmodel {CONFIG}, batch {B}x{T}, 4 documents per row, {torch.get_num_threads()} threads"
     )
-    print(f"median step time over {args.repeats} repeats; ratios of times: > 1 means slower\n")
-    print(f"| {'measure':<66} | {'value':>9} |\n|{'-' * 68}|{'-' * 10}:|")
+    print(f"{args.repeats} repeats of {args.steps} steps; ratios: median of per-repeat ratios\n")
+    print(f"| {'measure':<72} | {'value':>9} |\n|{'-' * 74}|{'-' * 10}:|")
     for name, value in rows:
-        print(f"| {name:<66} | {value:>9.{3 if value < 100 else 0}f} |")
+        print(f"| {name:<72} | {value:>9.{3 if value < 100 else 0}f} |")
 
 
 if __name__ == "__main__":

@@ -146,6 +146,9 @@ def train(
     if config.trainer.enable_progress_bar and rich_available() and not own_bar:
         callbacks.append(EpochProgressBar())
     trainer_kwargs = config.trainer.trainer_kwargs()
+    if config.trainer.precision == "auto":
+        chosen = trainer_kwargs.get("precision", "32-true")
+        log.info("trainer.precision=auto: %s on this machine (set it to choose)", chosen)
     if config.train.max_supervised_tokens:
         trainer_kwargs["max_steps"] = -1  # the token budget decides
     if not validates:

@@ -1,13 +1,16 @@
 """The model half: batch -> logits -> loss + counts.
 
 1. `config.py`: the `model` and `optim` config groups.
-2. `masks.py`: segment ids -> the block-diagonal causal mask (SDPA) or BlockMask (Flex).
-3. `transformer.py`: `Transformer`, a plain nn.Module (RMSNorm, RoPE from position_ids,
+2. `masks.py`: segment ids -> the block-diagonal causal mask (SDPA) or BlockMask (Flex);
+   the dtype attention runs in (float32 on CPU, even under bf16 autocast).
+3. `fused.py`: RMSNorm and rotary as autograd Functions with written-out backward passes
+   (half the kernels of the composite forms; the eager CPU step is launch-bound).
+4. `transformer.py`: `Transformer`, a plain nn.Module (RMSNorm, RoPE from position_ids,
    SwiGLU, tied head): a packed row gives the same logits as each document alone.
-4. `loss.py`: sum of CE over supervised targets / N of the whole optimizer step, the
+5. `loss.py`: sum of CE over supervised targets / N of the whole optimizer step, the
    `StepTotals` of a step, the gradient rescale that makes it exact.
-5. `lit_module.py`: `LitCausalLM` = forward, loss, AdamW with warmup + cosine.
-6. `sampling.py`: text generation from a model (temperature, top-k).
+6. `lit_module.py`: `LitCausalLM` = forward, loss, AdamW with warmup + cosine.
+7. `sampling.py`: text generation from a model (temperature, top-k).
 
 `LitCausalLM` is imported lazily so `import packlm.model` stays free of Lightning.
 """

@@ -118,9 +118,24 @@ def _flex(q: Tensor) -> object:
     return _compiled_flex
 
 
+def attention_dtype(x: Tensor) -> torch.dtype:
+    """The dtype attention (and rotary) runs in: autocast's or x's, but float32 on CPU.
+
+    CPU's flash attention runs its backward about 5x slower in bf16 than in float32 at
+    these sizes, and 16-bit elementwise work is slower there too (bench/model.py), while
+    the matmuls around it keep the low precision.
+    """
+    on = torch.is_autocast_enabled(x.device.type)
+    dtype = torch.get_autocast_dtype(x.device.type) if on else x.dtype
+    if x.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
+        return torch.float32
+    return dtype
+
+
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:
-    """q, k, v [B, H, T, D] -> [B, H, T, D] under `mask`."""
-    if mask.block is not None:
-        return _flex(q)(q, k, v, block_mask=mask.block)
-    dense = None if mask.dense is None else mask.dense.to(q.dtype)  # no-op unless autocast
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=dense, is_causal=mask.is_causal)
+    """q, k, v [B, H, T, D] -> [B, H, T, D] under `mask`, in q's dtype (autocast off)."""
+    with torch.autocast(q.device.type, enabled=False):
+        if mask.block is not None:
+            return _flex(q)(q, k, v, block_mask=mask.block)
+        dense = None if mask.dense is None else mask.dense.to(q.dtype)  # no-op: built in it
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=dense, is_causal=mask.is_causal)

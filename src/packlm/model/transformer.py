@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from packlm.model import masks
+from packlm.model import fused, masks
 from packlm.model.config import ModelConfig
 
 
@@ -28,7 +28,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        return fused.rms_norm(x, self.weight, self.eps)
 
 
 class Rotary(nn.Module):
@@ -46,12 +46,6 @@ class Rotary(nn.Module):
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs (x[..., i], x[..., i + D/2]) of x [B, H, T, D] by the angles [B, 1, T, D/2]."""
-    x1, x2 = x.chunk(2, dim=-1)  # [B, H, T, D/2] each
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # [B, H, T, D]
-
-
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -62,13 +56,16 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: masks.AttentionMask) -> Tensor:
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=-1)  # [B, T, C] each
-        q, k, v = (
-            t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v)
-        )  # [B, H, T, D]
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        H, D = self.n_head, C // self.n_head
+        qkv = self.qkv(x).to(cos.dtype)  # [B, T, 3C] in masks.attention_dtype
+        qk, v = qkv.split([2 * C, C], dim=-1)  # [B, T, 2C], [B, T, C]
+        qk = qk.view(B, T, 2 * H, D).transpose(1, 2)  # [B, 2H, T, D]
+        q, k = fused.rotate(qk, cos, sin).chunk(2, dim=1)  # [B, H, T, D] each, one rotation
+        v = v.view(B, T, H, D).transpose(1, 2)  # [B, H, T, D]
         y = masks.attend(q, k, v, mask)  # [B, H, T, D]
         y = y.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
+        if not torch.is_autocast_enabled(x.device.type):  # e.g. bf16-true on CPU: fp32 attention
+            y = y.to(x.dtype)
         return self.proj(y)
 
 
@@ -142,7 +139,7 @@ class Transformer(nn.Module):
         if position_ids is None:
             position_ids = positions_from_segments(segment_ids, B, T, input_ids.device)
         x = self.drop(self.wte(input_ids))  # [B, T, C]
-        dtype = _compute_dtype(x)
+        dtype = masks.attention_dtype(x)  # mask and rotary tables are built in it
         backend = masks.resolve_backend(self.config.attention, x.device)
         mask = masks.build_mask(segment_ids, backend, dtype)  # once for all layers
         cos, sin = self.rotary(position_ids, dtype)  # [B, 1, T, D/2] each
@@ -160,10 +157,3 @@ def positions_from_segments(segment_ids: Tensor | None, B: int, T: int, device) 
     starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]  # [B, T]
     last_start = torch.where(starts, t, 0).cummax(dim=1).values  # [B, T]
     return t - last_start
-
-
-def _compute_dtype(x: Tensor) -> torch.dtype:
-    """The dtype attention will run in (autocast's, if on), so the mask is built in it."""
-    if torch.is_autocast_enabled(x.device.type):
-        return torch.get_autocast_dtype(x.device.type)
-    return x.dtype

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Union
 
 import lightning as L
+import torch
 
 from packlm.config_group import ConfigGroup
 from packlm.errors import ConfigError
@@ -61,8 +62,8 @@ class TrainerConfig(ConfigGroup):
     """Devices per node (an int, a list of ids, or "auto")."""
     strategy: str = "auto"
     """auto, ddp, ddp_spawn, ... (ddp on CPU: `trainer.accelerator=cpu trainer.devices=2`)."""
-    precision: str = "32-true"
-    """32-true, bf16-mixed, 16-mixed, bf16-true, 64-true."""
+    precision: str = "auto"
+    """auto (bf16-mixed where the chip multiplies bf16 natively, else 32-true), 32-true, bf16-mixed, 16-mixed, bf16-true, 64-true."""
     max_steps: int = 600
     """Optimizer steps of the run (-1: no limit; see train.max_supervised_tokens)."""
     max_epochs: int = -1
@@ -94,6 +95,8 @@ class TrainerConfig(ConfigGroup):
         """Raise ConfigError naming the key of the first invalid value; returns self."""
         params = trainer_parameters()
         for key, value in asdict(self).items():
+            if key == "precision" and value == "auto":
+                continue  # packlm's own choice, resolved by trainer_kwargs
             if key in params and not _fits(value, params[key].annotation):
                 raise ConfigError(
                     f"trainer.{key}={value!r}: expected {_describe(params[key].annotation)}"
@@ -115,7 +118,27 @@ class TrainerConfig(ConfigGroup):
     def trainer_kwargs(self) -> dict[str, Any]:
         """The values that differ from Lightning's defaults (the Trainer's keyword arguments)."""
         params = trainer_parameters()
-        return {k: v for k, v in asdict(self).items() if k in params and v != params[k].default}
+        values = asdict(self)
+        if values["precision"] == "auto":
+            values["precision"] = auto_precision(self.accelerator)
+        return {k: v for k, v in values.items() if k in params and v != params[k].default}
+
+
+def auto_precision(accelerator: str) -> str:
+    """bf16-mixed where the chip multiplies bf16 natively, else 32-true (litgpt's rule, for
+    CPUs too): a CUDA GPU with bf16, or a CPU with AVX512-BF16 or AMX, where a bf16 matmul
+    at width 128 runs about 2.2x the float32 one (bench/model.py). Elsewhere bf16 would be
+    emulated and slower, so float32."""
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
+    if accelerator in ("auto", "cpu") and _cpu_has_bf16():
+        return "bf16-mixed"
+    return "32-true"
+
+
+def _cpu_has_bf16() -> bool:
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private, hence getattr
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
 def _schema() -> type:

@@ -1,0 +1,91 @@
+"""The hand-written RMSNorm and rotary Functions equal the composite forms they replace,
+and the CPU precision rules: float32 attention under bf16 autocast, trainer.precision=auto."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from packlm.model import fused, masks
+from packlm.model.lit_module import LitCausalLM
+from packlm.run import trainer_config
+from packlm.run.trainer_config import TrainerConfig
+
+
+def angles(B: int, T: int, D: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    theta = torch.rand(B, 1, T, D // 2, generator=g, dtype=dtype) * 6.3  # [B, 1, T, D/2]
+    return theta.cos(), theta.sin()
+
+
+def test_rms_norm_passes_gradcheck_and_equals_f_rms_norm():
+    x = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: fused._RMSNorm.apply(x, w, 1e-6), (x, w))
+
+    x32 = torch.randn(4, 7, 32) * 3
+    w32 = torch.randn(32)
+    for a in (x32, w32):
+        a.requires_grad_(True)
+    g = torch.randn(4, 7, 32)
+    ours = fused.rms_norm(x32, w32, 1e-6)
+    ref = F.rms_norm(x32, (32,), w32, 1e-6)
+    torch.testing.assert_close(ours, ref)
+    for a, b in zip(
+        torch.autograd.grad(ours, (x32, w32), g),
+        torch.autograd.grad(ref, (x32, w32), g),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
+
+
+def test_rotate_passes_gradcheck_and_equals_the_chunk_cat_form_on_strided_input():
+    cos, sin = angles(2, 5, 8, torch.float64)
+    x = torch.randn(2, 5, 6, 8, dtype=torch.float64).transpose(1, 2).requires_grad_(True)
+    assert not x.is_contiguous()  # as in Attention: a transposed view of the qkv output
+    assert torch.autograd.gradcheck(lambda x: fused._Rotate.apply(x, cos, sin), (x,))
+
+    ours = fused.rotate(x, cos, sin)
+    ref = fused._rotate_composite(x, cos, sin)
+    torch.testing.assert_close(ours, ref)
+    g = torch.randn_like(ref)
+    torch.testing.assert_close(
+        torch.autograd.grad(ours, x, g)[0], torch.autograd.grad(ref, x, g)[0]
+    )
+    # a rotation keeps each pair's length
+    x1, x2 = x.detach().chunk(2, dim=-1)
+    o1, o2 = ours.detach().chunk(2, dim=-1)
+    torch.testing.assert_close(o1**2 + o2**2, x1**2 + x2**2)
+
+
+def test_attention_runs_in_float32_on_cpu_under_16_bit_precision():
+    x = torch.randn(2, 3)
+    assert masks.attention_dtype(x) == torch.float32
+    assert masks.attention_dtype(x.double()) == torch.float64
+    assert masks.attention_dtype(x.bfloat16()) == torch.float32  # bf16-true
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert masks.attention_dtype(x) == torch.float32
+
+
+@pytest.mark.parametrize(("bf16", "expected"), [(True, "bf16-mixed"), (False, "32-true")])
+def test_precision_auto_follows_the_cpu(monkeypatch, bf16, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(trainer_config, "_cpu_has_bf16", lambda: bf16)
+    config = TrainerConfig().validate()
+    assert config.precision == "auto"
+    assert config.trainer_kwargs().get("precision", "32-true") == expected
+    assert TrainerConfig(precision="64-true").trainer_kwargs()["precision"] == "64-true"
+
+
+@pytest.mark.parametrize(("precision", "fused_adamw"), [("32-true", True), ("bf16-mixed", False)])
+def test_adamw_is_fused_on_cpu_except_under_mixed_precision(precision, fused_adamw):
+    import lightning as L
+
+    lit = LitCausalLM(
+        dict(vocab_size=32, context_length=8, n_layer=1, n_head=2, n_embd=16), {"max_steps": 10}
+    )
+    trainer = L.Trainer(accelerator="cpu", precision=precision, logger=False, max_steps=1)
+    lit.trainer = trainer
+    optimizer = lit.configure_optimizers()["optimizer"]
+    assert optimizer.defaults["fused"] is fused_adamw
