@@ -58,7 +58,7 @@ def test_any_trainer_argument_is_settable_without_a_plus(compose_tiny, override,
 def test_defaults_are_not_passed_to_the_trainer():
     kwargs = TrainerSchema().trainer_kwargs()
     assert "limit_val_batches" not in kwargs and "accelerator" not in kwargs  # Lightning's own
-    assert kwargs["max_steps"] == 600
+    assert kwargs["max_steps"] == 950
 
 
 @pytest.mark.parametrize(

@@ -236,6 +236,7 @@ def test_prepare_data_trains_the_tokenizer_and_builds_the_stores(tmp_path):
         val_fraction=0.25,
         window=16,
         stride=16,
+        batch_size=16,
         num_workers=0,
         progress=False,
     )

@@ -23,8 +23,8 @@ if phase == "pre-tokenizing":
 
     real_batches = counting._batches
 
-    def batches(texts, size):
-        for i, b in enumerate(real_batches(texts, size)):
+    def batches(*args):
+        for i, b in enumerate(real_batches(*args)):
             if i == 3:  # the workers are running (they start after the first two)
                 mark()
             yield b

@@ -59,9 +59,9 @@ class DataConfig(ConfigGroup):
     """Start every document with a BOS token of its own segment (EOS doubling as BOS, as in
     GPT-2), so its first real token is a target: n tokens + EOS give n+1 targets, not n.
     Validation scores the same way (compare bpb between runs with the same setting)."""
-    window: int = 256
+    window: int = 128
     """T: input positions per sample; a sample reads T+1 tokens; at most model.context_length."""
-    stride: int = 256
+    stride: int = 128
     """Distance between window starts; a token is a target window/stride times per epoch on
     average; stride > window leaves gaps (warned, counted)."""
     curriculum: list[Any] | None = None
@@ -106,7 +106,7 @@ class DataConfig(ConfigGroup):
     """Keep related documents adjacent before packing: none, source (the data.sources entry),
     directory (the folder of a file: one project's files in one window's context); the groups
     are shuffled among themselves every epoch, documents keep their order inside a group."""
-    batch_size: int = 16
+    batch_size: int = 32
     """Samples per batch per rank."""
     num_workers: int = 1
     """DataLoader worker processes per rank (stateless: the sampler sends the document

@@ -24,7 +24,7 @@ class ModelConfig(ConfigGroup):
     """Rows of the token embedding; must cover every id the tokenizer emits (PAD included)."""
     context_length: int = 256
     """The longest window the model is meant for (data.window must not exceed it)."""
-    n_layer: int = 4
+    n_layer: int = 2
     """Number of transformer blocks."""
     n_head: int = 4
     """Attention heads per block; n_embd / n_head is the head width (even, for RoPE)."""

@@ -64,7 +64,7 @@ class TrainerConfig(ConfigGroup):
     """auto, ddp, ddp_spawn, ... (ddp on CPU: `trainer.accelerator=cpu trainer.devices=2`)."""
     precision: str = "auto"
     """auto (bf16-mixed where the chip multiplies bf16 natively, else 32-true), 32-true, bf16-mixed, 16-mixed, bf16-true, 64-true."""
-    max_steps: int = 600
+    max_steps: int = 950
     """Optimizer steps of the run (-1: no limit; see train.max_supervised_tokens)."""
     max_epochs: int = -1
     """Epochs of the run (-1: no limit)."""
