@@ -62,6 +62,7 @@ from packlm.run.resume import (
     run_dir_of,
     run_settings,
 )
+from packlm.run.trainer_config import auto_precision
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def train(
         callbacks.append(EpochProgressBar())
     trainer_kwargs = config.trainer.trainer_kwargs()
     if config.trainer.precision == "auto":
-        chosen = trainer_kwargs.get("precision", "32-true")
+        chosen = auto_precision(config.trainer.accelerator)
         log.info("trainer.precision=auto: %s on this machine (set it to choose)", chosen)
     if config.train.max_supervised_tokens:
         trainer_kwargs["max_steps"] = -1  # the token budget decides
