@@ -51,7 +51,7 @@ def test_hf_tokenizer_has_packlm_ids_and_special_roles(tmp_path, tiny_ckpt, tiny
     out = tmp_path / "hf"
     run_export("format=hf", f"ckpt_path={ckpt}", f"out={out}")
     hf_tok = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
-    text = "Grüße 你好 🙂 def f(x):\n\treturn x<|endoftext|>The fox"
+    text = "Grüße 你好 🙂 \u0c5c\U000323b0's def f(x):\n\treturn x<|endoftext|>The fox"
     assert hf_tok(text)["input_ids"] == tiny_tokenizer.encode(text)
     assert hf_tok.decode(tiny_tokenizer.encode(text)) == text
     ids = tiny_tokenizer.special_token_ids

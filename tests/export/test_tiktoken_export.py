@@ -12,7 +12,7 @@ from packlm.config import CONFIG_DIR
 tiktoken = pytest.importorskip("tiktoken")
 from tiktoken.load import load_tiktoken_bpe  # noqa: E402
 
-TEXT = "Grüße 你好 🙂 def f(x):\n\treturn x<|endoftext|>The fox<|pad|>"
+TEXT = "Grüße 你好 🙂 \u0c5c\U000323b0's def f(x):\n\treturn x<|endoftext|>The fox<|pad|>"  # U+0C5C, U+323B0: Unicode 16, 17
 
 
 def run_export(*overrides: str) -> dict:

@@ -32,7 +32,7 @@ def export_tiktoken(tokenizer, out: Path) -> None:
     write_atomic(out / RANKS_FILE, "\n".join(lines) + "\n")
     config = {
         "name": encoding.name,
-        "pat_str": tokenizer.pattern_regex,
+        "pat_str": encoding._pat_str,  # the pattern with its classes set for tiktoken's tables
         "special_tokens": dict(tokenizer.special_token_ids),
         "explicit_n_vocab": tokenizer.vocab_size,
     }

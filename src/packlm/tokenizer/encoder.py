@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 import regex
 
+from packlm.tokenizer.engine_pattern import for_engine
+
 CACHE_SIZE = 1 << 14  # pre-tokens remembered by the Python engine (bounded memory)
 OPEN = 1 << 62  # "not merged away yet", above every rank
 
@@ -222,14 +224,19 @@ def merges_encode_to_themselves(
 
 
 def tiktoken_encoding(ranks: dict[bytes, int], pattern: str, name: str, special_tokens=None):
-    """A tiktoken.Encoding, or None when tiktoken is absent or rejects the pattern."""
+    """A tiktoken.Encoding splitting text as `regex` does with `pattern` (its classes
+    rewritten for tiktoken's Unicode tables, `engine_pattern`), or None when tiktoken is absent,
+    rejects the pattern or cannot be given `regex`'s classes."""
     try:
         import tiktoken
     except ImportError:
         return None
+    rust = for_engine(pattern, "tiktoken")
+    if rust is None:
+        return None
     try:
         return tiktoken.Encoding(
-            name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special_tokens or {}
+            name, pat_str=rust, mergeable_ranks=ranks, special_tokens=special_tokens or {}
         )
     except Exception:  # fancy-regex rejects the pattern
         return None
@@ -248,5 +255,8 @@ def tiktoken_export(ranks: dict[bytes, int] | None, pattern: str, name: str, spe
         )
     encoding = tiktoken_encoding(ranks, pattern, name, special_tokens)
     if encoding is None:
-        raise ValueError(f"tiktoken cannot compile the pattern {pattern!r}")
+        raise ValueError(
+            f"tiktoken cannot compile the pattern {pattern!r}, or not with the Unicode "
+            "classes of the regex module"
+        )
     return encoding

@@ -3,7 +3,9 @@
 The pipeline mirrors packlm's: special tokens split first (HF matches added tokens
 longest first too), then the pre-tokenization regex ("isolated" split), then the
 byte-to-unicode map (ByteLevel without its own regex), then BPE with the merges in
-order. Written as plain JSON so exporting needs no `tokenizers` install.
+order. Written as plain JSON so exporting needs no `tokenizers` install; where it is
+installed, the pattern's classes are rewritten for its Unicode tables (`engine_pattern`), so
+that letters of recent Unicode versions split as in packlm.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from packlm.tokenizer.engine_pattern import for_engine, original
 from packlm.tokenizer.formats import to_unicode, write_atomic
 
 
@@ -40,6 +43,7 @@ def tokenizer_json(tokenizer) -> dict:
         }
         for s, i in sorted(specials.items(), key=lambda item: item[1])
     ]
+    pattern = for_engine(tokenizer.pattern_regex, "hf") or tokenizer.pattern_regex
     return {
         "version": "1.0",
         "truncation": None,
@@ -51,7 +55,7 @@ def tokenizer_json(tokenizer) -> dict:
             "pretokenizers": [
                 {
                     "type": "Split",
-                    "pattern": {"Regex": tokenizer.pattern_regex},
+                    "pattern": {"Regex": pattern},
                     "behavior": "Isolated",
                     "invert": False,
                 },
@@ -149,4 +153,4 @@ def _pattern_of(pre: dict | None, gpt2: str) -> str | None:
         or "Regex" not in split["pattern"]
     ):
         return None
-    return split["pattern"]["Regex"]
+    return original(split["pattern"]["Regex"])  # as written before `tokenizer_json` rewrote it

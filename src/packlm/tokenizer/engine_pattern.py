@@ -1,0 +1,141 @@
+"""The pattern another regex engine needs to pre-tokenize as the `regex` module does.
+
+All engines read the same pattern, but each classifies characters by its own copy of the
+Unicode tables: `regex` follows the newest Unicode version, tiktoken's Rust regex and
+Hugging Face tokenizers' Oniguruma older ones. A letter added since (U+0C5C, CJK
+Extension J at U+323B0, ...) is `\\p{L}` to one and not to the other, so the engines
+split such text differently and give other ids.
+
+1. Find the character classes in the pattern (`\\p{..}`, `\\P{..}`, `\\s`, `\\d`, `\\w` and
+   their negations).
+2. Match each against every Unicode scalar value in both engines (tiktoken: about 0.1 s;
+   tokenizers: about 1 s).
+3. Rewrite each class whose members differ as a set expression, with the difference added
+   and taken away: `\\p{L}` -> `[\\p{L}\\x{88F}...&&[^...]]` (both engines read it).
+4. Match the rewritten classes again: the rewritten pattern is used only when every class
+   now has exactly `regex`'s members.
+
+`original` undoes the rewrite, for a pattern read back from an exported file.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import regex
+
+# A class escape, or an escaped backslash (skipped, so `\\p` stays a literal backslash + p)
+_ATOM = regex.compile(r"\\\\|\\([pP])(\{[^}]*\}|[A-Za-z])|\\([sSdDwW])")
+_BYTES = {bytes([b]): b for b in range(256)}
+_RANGES = r"(?:\\x\{[0-9A-F]+\}(?:-\\x\{[0-9A-F]+\})?)"
+_CLASS = r"\\p(?:\{[^}]*\}|[A-Za-z])|\\[sdw]"
+_FIXED = rf"\[(?P<cls>{_CLASS})(?:{_RANGES}+(?:&&\[\^{_RANGES}+\])?|&&\[\^{_RANGES}+\])\]"
+_REWRITTEN = regex.compile(rf"\\\\|(?P<neg>\[\^)?{_FIXED}(?(neg)\])")
+
+
+@functools.cache
+def _every_character() -> str:
+    """All Unicode scalar values (no surrogates): 1,112,064 characters."""
+    return "".join(map(chr, [*range(0xD800), *range(0xE000, 0x110000)]))
+
+
+def _members_regex(cls: str) -> set[str]:
+    return set("".join(regex.findall(f"(?:{cls})+", _every_character())))
+
+
+def _members_tiktoken(cls: str) -> set[str] | None:
+    """The characters tiktoken's regex puts in `cls`, or None when it cannot compile it."""
+    import tiktoken
+
+    try:
+        probe = tiktoken.Encoding("packlm-probe", pat_str=f"(?:{cls})+", mergeable_ranks=_BYTES,
+                                  special_tokens={})  # fmt: skip
+    except ValueError:
+        return None
+    # text no match covers is dropped: what comes back is the class's members
+    return set(bytes(probe.encode_ordinary(_every_character())).decode("utf-8"))
+
+
+def _members_hf(cls: str) -> set[str] | None:
+    """The characters Hugging Face tokenizers' regex puts in `cls`, or None."""
+    from tokenizers import Regex, pre_tokenizers
+
+    try:
+        split = pre_tokenizers.Split(Regex(f"(?:{cls})+"), behavior="removed")
+    except Exception:  # tokenizers raises its own error type for a bad pattern
+        return None
+    every, members, at = _every_character(), [], 0
+    for _, (start, end) in split.pre_tokenize_str(every):  # the text between matches
+        members.append(every[at:start])
+        at = end
+    return set("".join(members) + every[at:])
+
+
+ENGINES = {"tiktoken": ("tiktoken", _members_tiktoken), "hf": ("tokenizers", _members_hf)}
+
+
+def _ranges(chars: set[str]) -> str:
+    """`chars` as a class body of ranges: "\\x{88F}\\x{C5C}-\\x{C5D}..."."""
+    points, out, k = sorted(map(ord, chars)), [], 0
+    while k < len(points):
+        j = k
+        while j + 1 < len(points) and points[j + 1] == points[j] + 1:
+            j += 1
+        out.append(f"\\x{{{points[k]:X}}}" + (f"-\\x{{{points[j]:X}}}" if j > k else ""))
+        k = j + 1
+    return "".join(out)
+
+
+@functools.cache
+def _aligned(cls: str, engine: str) -> str | None:
+    """A class that has, in `engine`, `regex`'s members of the positive class `cls`; None
+    when the engine cannot compile it or no rewrite makes the members equal."""
+    members = ENGINES[engine][1]
+    want, have = _members_regex(cls), members(cls)
+    if have is None:
+        return None
+    if have == want:
+        return cls
+    extra, gone = want - have, have - want
+    fixed = f"[{cls}{_ranges(extra)}" + (f"&&[^{_ranges(gone)}]]" if gone else "]")
+    return fixed if members(fixed) == want else None
+
+
+@functools.cache
+def for_engine(pattern: str, engine: str) -> str | None:
+    """`pattern` with each character class `engine` ("tiktoken" or "hf") would fill otherwise
+    rewritten to `regex`'s members (`pattern` itself when none differs); None when the
+    engine is not installed or that cannot be done."""
+    try:
+        __import__(ENGINES[engine][0])
+    except ImportError:
+        return None
+    out, last = [], 0
+    for m in _ATOM.finditer(pattern):
+        if m.group(0) == "\\\\":
+            continue
+        if m.group(1):  # \p{X} / \P{X}
+            positive, negated = f"\\p{m.group(2)}", m.group(1) == "P"
+        else:  # \s \S \d \D \w \W
+            positive, negated = f"\\{m.group(3).lower()}", m.group(3).isupper()
+        fixed = _aligned(positive, engine)
+        if fixed is None:
+            return None
+        if fixed != positive:
+            out += [pattern[last : m.start()], f"[^{fixed}]" if negated else fixed]
+            last = m.end()
+    return "".join(out) + pattern[last:]
+
+
+def original(pattern: str) -> str:
+    """The pattern `for_engine` rewrote into `pattern` (`pattern` itself if none was)."""
+
+    def undo(m: regex.Match) -> str:
+        if m.group(0) == "\\\\":
+            return m.group(0)
+        cls = m.group("cls")
+        if not m.group("neg"):
+            return cls
+        return cls[:2].upper() + cls[2:] if cls[1] == "p" else cls.upper()
+
+    return _REWRITTEN.sub(undo, pattern)

@@ -1,0 +1,117 @@
+"""tiktoken and Hugging Face tokenizers pre-tokenize as `regex` does even for characters
+their Unicode tables class differently (letters of recent Unicode versions): the pattern's
+classes are rewritten."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import regex
+
+from packlm.tokenizer import Tokenizer, engine_pattern, train_bpe_from_iterator
+from packlm.tokenizer.pretokenize import CL100K_PATTERN, GPT2_PATTERN
+
+CLASSES = [r"\p{L}", r"\p{N}", r"\s", r"\p{Ll}", r"\p{Lo}", r"\p{M}", r"\d", r"\w"]
+
+
+def differing(cls: str, engine: str = "tiktoken") -> list[str]:
+    """Characters `regex` and the engine's own tables put on different sides of `cls`."""
+    members = engine_pattern.ENGINES[engine][1]
+    return sorted(engine_pattern._members_regex(cls) ^ members(cls))
+
+
+def engine_or_skip(engine: str) -> None:
+    pytest.importorskip(engine_pattern.ENGINES[engine][0])
+
+
+@pytest.mark.parametrize(
+    "engine, cls",
+    [*(("tiktoken", c) for c in CLASSES), ("hf", r"\p{L}"), ("hf", r"\p{Ll}")],  # hf: 2 s each
+)
+def test_rewritten_class_has_the_regex_members(engine, cls):
+    engine_or_skip(engine)
+    fixed = engine_pattern._aligned(cls, engine)
+    assert fixed is not None
+    members = engine_pattern.ENGINES[engine][1]
+    assert members(fixed) == engine_pattern._members_regex(cls)
+    assert (fixed == cls) == (not differing(cls, engine))  # rewritten only where they differ
+
+
+def test_negated_and_bracketed_classes_are_rewritten():
+    engine_or_skip("tiktoken")
+    if not differing(r"\p{L}"):
+        pytest.skip("regex and tiktoken share the Unicode letters here")
+    # a letter tiktoken does not know, in and out of brackets and negated
+    new = differing(r"\p{L}")[0]
+    for pattern in (r"\p{L}+|[\s\S]", r"[^\s\p{N}\p{L}]+|\P{L}+|[\s\S]", r"\pL+|[\s\S]"):
+        rust = engine_pattern.for_engine(pattern, "tiktoken")
+        assert rust is not None and rust != pattern
+        probe = f"a{new}b 1 ;{new}; \\"
+        expected = regex.findall(pattern, probe)
+        assert rust_split(rust, probe, expected) == expected
+
+
+def test_escaped_backslash_is_not_a_class():
+    engine_or_skip("tiktoken")
+    assert engine_pattern.for_engine(r"\\p{L}|[\s\S]", "tiktoken").startswith(r"\\p{L}")
+
+
+def rust_split(pattern: str, text: str, pieces: list[str]) -> list[str]:
+    """tiktoken's pre-tokens of `text` with `pattern`, where `pieces` are the expected ones
+    (each made a token, so that each comes back as one id when tiktoken splits the same)."""
+    import tiktoken
+
+    ranks = {bytes([b]): b for b in range(256)}
+    for p in sorted(set(pieces)):
+        ranks.setdefault(p.encode(), len(ranks))
+    back = {i: t for t, i in ranks.items()}
+    enc = tiktoken.Encoding("split", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+    return [back[i].decode(errors="replace") for i in enc.encode_ordinary(text)]
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", "cl100k"])
+def test_engines_agree_on_letters_of_recent_unicode(stdlib_docs, pattern):
+    tiktoken = pytest.importorskip("tiktoken")
+    letters = differing(r"\p{L}") + differing(r"\p{N}")
+    if not letters:
+        pytest.skip("regex and tiktoken share the Unicode tables of these classes here")
+    docs = [*stdlib_docs[:6], "it's Bob's " * 50]  # "'s" becomes a token
+    vocab, merges = train_bpe_from_iterator(docs, 600, [], pattern=pattern, num_workers=1)
+    fast = Tokenizer(vocab, merges, pattern=pattern, engine="tiktoken")
+    pure = Tokenizer(vocab, merges, pattern=pattern, engine="python")
+    sample = letters[:: max(1, len(letters) // 200)]  # spread over every range
+    text = " ".join(f"{c}'s x{c}1 {c}{c}? {c}ing" for c in sample) + "".join(stdlib_docs[6:8])
+    assert fast.encode(text) == pure.encode(text)
+    assert fast.engine == "tiktoken"
+    # the text does reach the gap: with the pattern as written, tiktoken gives other ids
+    raw = tiktoken.Encoding("raw", pat_str=pure.pattern_regex, special_tokens={},
+                            mergeable_ranks=fast._tiktoken_ranks())  # fmt: skip
+    assert raw.encode_ordinary(text) != pure.encode(text)
+
+
+CUSTOM = [r"\p{L}+|[\s\S]", r"[^\s\p{N}\pL]+|\P{L}+|\S|\\p{L}|[\s\S]", r"\p{Ll}+|\p{Lo}+|[\s\S]"]
+
+
+@pytest.mark.parametrize("engine", ["tiktoken", "hf"])
+def test_original_undoes_the_rewrite(engine):
+    engine_or_skip(engine)
+    patterns = [GPT2_PATTERN, CL100K_PATTERN, *CUSTOM]
+    rewritten = [engine_pattern.for_engine(p, engine) for p in patterns]
+    assert None not in rewritten  # the built-in patterns always get one
+    assert [engine_pattern.original(p) for p in rewritten] == patterns
+
+
+def test_hf_tokenizer_json_splits_letters_of_recent_unicode_as_packlm(stdlib_docs):
+    tokenizers = pytest.importorskip("tokenizers")
+    from packlm.tokenizer.hf import tokenizer_json
+
+    letters = differing(r"\p{L}", "hf")
+    if not letters:
+        pytest.skip("regex and tokenizers share the Unicode letters here")
+    vocab, merges = train_bpe_from_iterator([*stdlib_docs[:6], "it's Bob's " * 50], 600, [],
+                                            num_workers=1)  # fmt: skip
+    tok = Tokenizer(vocab, merges)
+    hf = tokenizers.Tokenizer.from_str(json.dumps(tokenizer_json(tok)))
+    text = " ".join(f"{c}'s x{c}1 {c}{c}? {c}ing" for c in letters[:: len(letters) // 100])
+    assert hf.encode(text).ids == tok.encode(text)
