@@ -141,7 +141,7 @@ class BareLoop:
         self.opt = torch.optim.AdamW(
             [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-            lr=3e-3, betas=(0.9, 0.95), fused=not bf16,  # as LitCausalLM chooses
+            lr=3e-3, betas=(0.9, 0.95), fused=True,  # as LitCausalLM chooses (no fp16 scaler)
         )  # fmt: skip
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, partial(lr_factor, warmup=10, total=1000, min_ratio=0.1)

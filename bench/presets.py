@@ -72,9 +72,12 @@ DEFAULT_CANDIDATES = {  # overrides of the default config (4 x 128, vocab 4096, 
     "lr6e-3": ["optim.lr=6e-3"],
     "L2-T128B32": ["model.n_layer=2", "data.window=128", "data.stride=128", "data.batch_size=32"],
     "L2-T128B32-lr6e-3": [
-        "model.n_layer=2", "data.window=128", "data.stride=128", "data.batch_size=32",
+        "model.n_layer=2",
+        "data.window=128",
+        "data.stride=128",
+        "data.batch_size=32",
         "optim.lr=6e-3",
-    ],  # fmt: skip
+    ],
 }
 """For `--corpus default` or a path: the candidates for what `python train.py` does."""
 

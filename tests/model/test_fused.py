@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from packlm.model import fused, masks
 from packlm.model.lit_module import LitCausalLM
+from packlm.model.loss import grad_norm
 from packlm.run import trainer_config
 from packlm.run.trainer_config import TrainerConfig
 
@@ -78,14 +79,60 @@ def test_precision_auto_follows_the_cpu(monkeypatch, bf16, expected):
     assert TrainerConfig(precision="64-true").trainer_kwargs()["precision"] == "64-true"
 
 
-@pytest.mark.parametrize(("precision", "fused_adamw"), [("32-true", True), ("bf16-mixed", False)])
-def test_adamw_is_fused_on_cpu_except_under_mixed_precision(precision, fused_adamw):
+@pytest.mark.parametrize(("precision", "fused_adamw"), [("32-true", True), ("bf16-mixed", True)])
+def test_adamw_is_fused_on_cpu_and_bf16_mixed_clips_it(precision, fused_adamw):
+    import lightning as L
+
+    torch.manual_seed(0)
+    lit = LitCausalLM(
+        dict(vocab_size=32, context_length=8, n_layer=1, n_head=2, n_embd=16), {"max_steps": 10}
+    )
+    trainer = L.Trainer(accelerator="cpu", precision=precision, logger=False, max_steps=1,
+                        gradient_clip_val=1e-3)  # fmt: skip
+    lit.trainer = trainer
+    optimizer = lit.configure_optimizers()["optimizer"]
+    assert optimizer.defaults["fused"] is fused_adamw
+    for p in lit.parameters():
+        p.grad = torch.randn_like(p)
+    copies = [torch.nn.Parameter(p.detach().clone()) for p in lit.parameters()]
+    for c, p in zip(copies, lit.parameters(), strict=True):
+        c.grad = p.grad.clone()
+    torch.nn.utils.clip_grad_norm_(copies, 1e-3)  # what Lightning's clipping does
+    expected = [c.grad for c in copies]
+    lit.last_grad_norm = grad_norm([p.grad for p in lit.parameters()])  # as the step takes it
+    # Lightning's own clipping refuses a fused optimizer under bf16-mixed; packlm's hook clips
+    lit.configure_gradient_clipping(optimizer, 1e-3, trainer.gradient_clip_algorithm)
+    assert all(torch.equal(p.grad, e) for p, e in zip(lit.parameters(), expected, strict=True))
+
+
+def test_fp16_mixed_keeps_adamw_unfused_for_its_grad_scaler():
     import lightning as L
 
     lit = LitCausalLM(
         dict(vocab_size=32, context_length=8, n_layer=1, n_head=2, n_embd=16), {"max_steps": 10}
     )
-    trainer = L.Trainer(accelerator="cpu", precision=precision, logger=False, max_steps=1)
-    lit.trainer = trainer
-    optimizer = lit.configure_optimizers()["optimizer"]
-    assert optimizer.defaults["fused"] is fused_adamw
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    fp16 = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))
+    lit.trainer = L.Trainer(accelerator="cpu", plugins=[fp16], logger=False, max_steps=1)
+    assert lit.trainer.precision_plugin.scaler is not None
+    assert lit.configure_optimizers()["optimizer"].defaults["fused"] is False
+
+
+def test_a_bf16_mixed_fit_with_clipping_runs_the_fused_optimizer(tmp_path):
+    import lightning as L
+
+    torch.manual_seed(0)
+    lit = LitCausalLM(
+        dict(vocab_size=32, context_length=8, n_layer=1, n_head=2, n_embd=16), {"max_steps": 3}
+    )
+    ids = torch.randint(0, 32, (6, 8))
+    data = [{"input_ids": ids[i : i + 2], "labels": ids[i : i + 2]} for i in range(0, 6, 2)]
+    trainer = L.Trainer(accelerator="cpu", precision="bf16-mixed", logger=False, max_steps=3,
+                        gradient_clip_val=1.0, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path)  # fmt: skip
+    before = [p.detach().clone() for p in lit.parameters()]
+    trainer.fit(lit, torch.utils.data.DataLoader(data, batch_size=None))
+    assert trainer.optimizers[0].defaults["fused"] is True
+    assert all(not torch.equal(a, p) for a, p in zip(before, lit.parameters(), strict=True))
