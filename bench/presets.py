@@ -62,7 +62,7 @@ CANDIDATES = {
     "L1d256T64B32v1536": candidate(1, 256, 8, 64, 32, vocab=1536, stride=64),
 }
 
-DEFAULT_CANDIDATES = {  # overrides of the default config (4 x 128, vocab 4096, window 256)
+DEFAULT_CANDIDATES = {  # overrides of the session-3 default (4 x 128, vocab 4096, window 256)
     "default": [],
     "L2": ["model.n_layer=2"],
     "v2048": ["tokenizer.vocab_size=2048"],
@@ -78,6 +78,7 @@ DEFAULT_CANDIDATES = {  # overrides of the default config (4 x 128, vocab 4096, 
         "data.batch_size=32",
         "optim.lr=6e-3",
     ],
+    "untied": ["model.tie_embeddings=false"],  # of the session-4 default (2 x 128, window 128)
 }
 """For `--corpus default` or a path: the candidates for what `python train.py` does."""
 

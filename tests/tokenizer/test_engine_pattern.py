@@ -115,3 +115,38 @@ def test_hf_tokenizer_json_splits_letters_of_recent_unicode_as_packlm(stdlib_doc
     hf = tokenizers.Tokenizer.from_str(json.dumps(tokenizer_json(tok)))
     text = " ".join(f"{c}'s x{c}1 {c}{c}? {c}ing" for c in letters[:: len(letters) // 100])
     assert hf.encode(text).ids == tok.encode(text)
+
+
+def test_results_are_kept_on_disk_and_a_bad_file_is_recomputed(tmp_path, monkeypatch):
+    engine_or_skip("tiktoken")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    pattern = r"\p{N}+|\p{L}+|[\s\S]"
+    engine_pattern.for_engine.cache_clear()
+    first = engine_pattern.for_engine(pattern, "tiktoken")
+    (stored,) = engine_pattern.store_dir().glob("*.json")
+    assert stored.parent == tmp_path / "packlm" / "engine_patterns"
+
+    def no_probe(*args):
+        raise AssertionError("probed although a stored result exists")
+
+    engine_pattern.for_engine.cache_clear()
+    monkeypatch.setattr(engine_pattern, "_rewrite", no_probe)
+    assert engine_pattern.for_engine(pattern, "tiktoken") == first  # read, not probed
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for damage in ("{not json", json.dumps({"key": {}, "rewritten": "x"})):  # torn, foreign
+        stored.write_text(damage)
+        engine_pattern.for_engine.cache_clear()
+        assert engine_pattern.for_engine(pattern, "tiktoken") == first
+        assert json.loads(stored.read_text())["rewritten"] == first  # rewritten whole
+    assert [p.name for p in stored.parent.iterdir()] == [stored.name]  # no temporary left
+    engine_pattern.for_engine.cache_clear()
+
+
+def test_an_unwritable_store_only_costs_time(tmp_path, monkeypatch):
+    engine_or_skip("tiktoken")
+    (tmp_path / "packlm").write_text("a file where the folder would go")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    engine_pattern.for_engine.cache_clear()
+    assert engine_pattern.for_engine(r"\p{L}+|[\s\S]", "tiktoken") is not None
+    engine_pattern.for_engine.cache_clear()

@@ -15,14 +15,26 @@ split such text differently and give other ids.
 4. Match the rewritten classes again: the rewritten pattern is used only when every class
    now has exactly `regex`'s members.
 
-`original` undoes the rewrite, for a pattern read back from an exported file.
+The probes take about 0.3 s a process (tokenizers: a few seconds), so each result is kept in
+`~/.cache/packlm/engine_patterns/` (`$XDG_CACHE_HOME` respected), one small JSON file per
+pattern, engine and installed versions of `regex` and the engine, whose Unicode tables are
+compiled into them; a file that does not name exactly these is recomputed. `original` undoes
+the rewrite, for a pattern read back from an exported file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import importlib
+import json
+import os
+from pathlib import Path
 
 import regex
+
+from packlm.cache.entry import temporary_sibling
 
 # A class escape, or an escaped backslash (skipped, so `\\p` stays a literal backslash + p)
 _ATOM = regex.compile(r"\\\\|\\([pP])(\{[^}]*\}|[A-Za-z])|\\([sSdDwW])")
@@ -101,15 +113,48 @@ def _aligned(cls: str, engine: str) -> str | None:
     return fixed if members(fixed) == want else None
 
 
+CHECK_VERSION = 1
+"""Of the rewrite below: a stored result of another version is recomputed."""
+
+
+def store_dir() -> Path:
+    """Where results are kept: the user's cache, as tiktoken and torch keep theirs."""
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(home) / "packlm" / "engine_patterns"
+
+
 @functools.cache
 def for_engine(pattern: str, engine: str) -> str | None:
     """`pattern` with each character class `engine` ("tiktoken" or "hf") would fill otherwise
     rewritten to `regex`'s members (`pattern` itself when none differs); None when the
-    engine is not installed or that cannot be done."""
+    engine is not installed or that cannot be done. Kept on disk (`store_dir`)."""
     try:
-        __import__(ENGINES[engine][0])
+        module = importlib.import_module(ENGINES[engine][0])
     except ImportError:
         return None
+    key = {"check": CHECK_VERSION, "engine": engine, "pattern": pattern,
+           "versions": {"regex": regex.__version__, module.__name__: module.__version__}}  # fmt: skip
+    name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    path = store_dir() / f"{name}.json"
+    try:
+        found = json.loads(path.read_text("utf-8"))
+        if found["key"] == key and isinstance(found["rewritten"], str | None):
+            return found["rewritten"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # none yet, or unreadable: recomputed
+    rewritten = _rewrite(pattern, engine)
+    tmp = temporary_sibling(path)
+    try:  # written whole or not at all; a cache that cannot be written costs only time
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"key": key, "rewritten": rewritten}), "utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    return rewritten
+
+
+def _rewrite(pattern: str, engine: str) -> str | None:
     out, last = [], 0
     for m in _ATOM.finditer(pattern):
         if m.group(0) == "\\\\":
