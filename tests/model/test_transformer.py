@@ -146,12 +146,12 @@ def test_initial_loss_is_about_ln_vocab():
 
 
 def test_tied_embeddings_and_scaled_init():
-    model = tiny_model(dtype=torch.float32, n_layer=8)
+    model = tiny_model(dtype=torch.float32, n_layer=8, tie_embeddings=True)
     assert model.lm_head.weight is model.wte.weight
     std_qkv = model.blocks[0].attn.qkv.weight.std().item()
     std_proj = model.blocks[0].attn.proj.weight.std().item()
     assert std_proj == pytest.approx(std_qkv / 4, rel=0.15)  # 1/sqrt(2 * 8)
-    untied = Transformer(ModelConfig(vocab_size=V, n_embd=32, n_head=4, tie_embeddings=False))
+    untied = Transformer(ModelConfig(vocab_size=V, n_embd=32, n_head=4))  # the default
     assert untied.lm_head.weight is not untied.wte.weight
 
 

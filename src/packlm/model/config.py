@@ -36,8 +36,9 @@ class ModelConfig(ConfigGroup):
     dropout: float = 0.0
     """Dropout on embeddings and residual branches (not on attention probabilities, so all
     attention backends compute the same function)."""
-    tie_embeddings: bool = True
-    """Share the token embedding with the output head."""
+    tie_embeddings: bool = False
+    """Share the token embedding with the output head (GPT-2's way). Off: a separate head
+    learned 0.02-0.04 bpb more at the same step time on two corpora (bench/presets.md)."""
     rope_base: float = 10000.0
     """Base of the rotary position embedding frequencies."""
     attention: str = "auto"
