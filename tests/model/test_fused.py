@@ -117,22 +117,3 @@ def test_fp16_mixed_keeps_adamw_unfused_for_its_grad_scaler():
     lit.trainer = L.Trainer(accelerator="cpu", plugins=[fp16], logger=False, max_steps=1)
     assert lit.trainer.precision_plugin.scaler is not None
     assert lit.configure_optimizers()["optimizer"].defaults["fused"] is False
-
-
-def test_a_bf16_mixed_fit_with_clipping_runs_the_fused_optimizer(tmp_path):
-    import lightning as L
-
-    torch.manual_seed(0)
-    lit = LitCausalLM(
-        dict(vocab_size=32, context_length=8, n_layer=1, n_head=2, n_embd=16), {"max_steps": 3}
-    )
-    ids = torch.randint(0, 32, (6, 8))
-    data = [{"input_ids": ids[i : i + 2], "labels": ids[i : i + 2]} for i in range(0, 6, 2)]
-    trainer = L.Trainer(accelerator="cpu", precision="bf16-mixed", logger=False, max_steps=3,
-                        gradient_clip_val=1.0, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False,
-                        default_root_dir=tmp_path)  # fmt: skip
-    before = [p.detach().clone() for p in lit.parameters()]
-    trainer.fit(lit, torch.utils.data.DataLoader(data, batch_size=None))
-    assert trainer.optimizers[0].defaults["fused"] is True
-    assert all(not torch.equal(a, p) for a, p in zip(before, lit.parameters(), strict=True))

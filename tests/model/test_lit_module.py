@@ -357,3 +357,14 @@ def test_attention_useful_fraction_counts_the_pairs_the_mask_allows():
     lit = make()
     trainer(max_steps=1).fit(lit, loader(MANY))
     assert lit.last_step.attention_useful_fraction == pytest.approx(float(allowed) / float(dense))
+
+
+def test_a_bf16_mixed_fit_with_clipping_runs_a_fused_adamw():
+    """Lightning's own clipping raised here (fused optimizer under mixed precision)."""
+    lit = make()
+    before = copy.deepcopy(lit.model.state_dict())
+    fit = trainer(max_steps=1, precision="bf16-mixed", gradient_clip_val=1.0)
+    fit.fit(lit, loader(MANY))
+    assert fit.optimizers[0].defaults["fused"] is True
+    changed = [not torch.equal(before[k], v) for k, v in lit.model.state_dict().items()]
+    assert all(changed)
