@@ -1,7 +1,7 @@
 """A small causal Transformer for packed batches: read it top to bottom.
 
 Token embedding -> n_layer pre-norm blocks (RMSNorm, attention with rotary positions,
-RMSNorm, SwiGLU MLP) -> RMSNorm -> output head tied to the embedding.
+RMSNorm, SwiGLU MLP) -> RMSNorm -> output head (tied to the embedding if asked).
 
 Packing-aware in two places only: rotary angles come from `position_ids` (0 at each
 document start), and attention uses the block-diagonal mask built from `segment_ids`
