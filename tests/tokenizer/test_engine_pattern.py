@@ -150,3 +150,15 @@ def test_an_unwritable_store_only_costs_time(tmp_path, monkeypatch):
     engine_pattern.for_engine.cache_clear()
     assert engine_pattern.for_engine(r"\p{L}+|[\s\S]", "tiktoken") is not None
     engine_pattern.for_engine.cache_clear()
+
+
+def test_hf_json_without_tokenizers_keeps_the_pattern_and_says_so(small_tokenizer, monkeypatch,
+                                                                  caplog):  # fmt: skip
+    from packlm.tokenizer import hf
+
+    monkeypatch.setattr(hf, "for_engine", lambda pattern, engine: None)  # as without tokenizers
+    with caplog.at_level("WARNING", logger="packlm.tokenizer.hf"):
+        spec = hf.tokenizer_json(small_tokenizer)
+    split = spec["pre_tokenizer"]["pretokenizers"][0]
+    assert split["pattern"]["Regex"] == small_tokenizer.pattern_regex
+    assert "packlm[hf]" in caplog.text

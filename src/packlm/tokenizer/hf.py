@@ -11,11 +11,14 @@ that letters of recent Unicode versions split as in packlm.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
 from packlm.tokenizer.engine_pattern import for_engine, original
 from packlm.tokenizer.formats import to_unicode, write_atomic
+
+log = logging.getLogger(__name__)
 
 
 def tokenizer_json(tokenizer) -> dict:
@@ -43,7 +46,14 @@ def tokenizer_json(tokenizer) -> dict:
         }
         for s, i in sorted(specials.items(), key=lambda item: item[1])
     ]
-    pattern = for_engine(tokenizer.pattern_regex, "hf") or tokenizer.pattern_regex
+    pattern = for_engine(tokenizer.pattern_regex, "hf")
+    if pattern is None:  # tokenizers absent (its tables unknown), or it cannot be aligned
+        log.warning(
+            "tokenizer.json: the pattern is written as configured, not aligned to the Unicode "
+            'tables of Hugging Face tokenizers (install it: pip install "packlm[hf]"); letters '
+            "of recent Unicode versions may then split otherwise there than in packlm"
+        )
+        pattern = tokenizer.pattern_regex
     return {
         "version": "1.0",
         "truncation": None,
