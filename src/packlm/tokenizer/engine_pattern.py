@@ -32,9 +32,10 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import regex
 
-from packlm.cache.entry import temporary_sibling
+from packlm.tokenizer.formats import write_atomic
 
 # A class escape, or an escaped backslash (skipped, so `\\p` stays a literal backslash + p)
 _ATOM = regex.compile(r"\\\\|\\([pP])(\{[^}]*\}|[A-Za-z])|\\([sSdDwW])")
@@ -48,7 +49,8 @@ _REWRITTEN = regex.compile(rf"\\\\|(?P<neg>\[\^)?{_FIXED}(?(neg)\])")
 @functools.cache
 def _every_character() -> str:
     """All Unicode scalar values (no surrogates): 1,112,064 characters."""
-    return "".join(map(chr, [*range(0xD800), *range(0xE000, 0x110000)]))
+    points = np.r_[0:0xD800, 0xE000:0x110000].astype("<u4")
+    return points.tobytes().decode("utf-32-le")  # 5x faster than joining chr()s
 
 
 def _members_regex(cls: str) -> set[str]:
@@ -143,14 +145,9 @@ def for_engine(pattern: str, engine: str) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         pass  # none yet, or unreadable: recomputed
     rewritten = _rewrite(pattern, engine)
-    tmp = temporary_sibling(path)
-    try:  # written whole or not at all; a cache that cannot be written costs only time
+    with contextlib.suppress(OSError):  # a cache that cannot be written costs only time
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"key": key, "rewritten": rewritten}), "utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        write_atomic(path, json.dumps({"key": key, "rewritten": rewritten}))
     return rewritten
 
 
