@@ -164,7 +164,7 @@ def fit(prepared, ckpt_path=None, callbacks=(), reload=1, logger=False, epochs=3
     return model.seen, dm
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")  # Lightning's advice on workers and logging
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`")
 @pytest.mark.parametrize(
     ("where", "reload", "workers"), [("mid", 1, 0), ("end", 1, 0), ("mid", 0, 0), ("mid", 1, 2)]
 )
@@ -185,7 +185,7 @@ def test_resume_from_a_checkpoint_gives_the_batches_of_an_uninterrupted_run(
     assert all(torch.equal(a, b) for a, b in zip(rest, full[step:], strict=True))
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`")
 def test_each_epoch_logs_its_plan_statistics(prepared):
     logger = MemoryLogger()
     _, dm = fit(prepared, logger=logger, epochs=2, random_offset=True)

@@ -106,7 +106,7 @@ def test_flex_matches_sdpa_on_cpu():
     q, k, v = (torch.randn(2, 2, 16, 8) for _ in range(3))
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "called without torch.compile" on CPU
+            warnings.filterwarnings("ignore", "flex_attention called without torch.compile")
             flex = masks.attend(q, k, v, masks.build_mask(seg, "flex", q.dtype))
     except Exception as err:  # pragma: no cover - depends on the torch build
         pytest.skip(f"FlexAttention does not run on CPU here: {err}")

@@ -82,7 +82,6 @@ def test_the_lr_warmup_is_linear_in_tokens_across_the_switch(reference):
     assert tokens_per_step[switch] > 2 * tokens_per_step[0]
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize(
     "where", [pytest.param(-1, marks=pytest.mark.slow), 0, pytest.param(1, marks=pytest.mark.slow)]
 )
@@ -168,7 +167,7 @@ def fit(prepared, windows, until, ckpt_path=None, callbacks=(), workers=0):
     return model
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")  # Lightning's advice on workers and logging
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`")
 @pytest.mark.parametrize(
     ("windows", "workers"),
     [

@@ -67,7 +67,6 @@ def reference(tmp_path_factory, tiny_corpus, cache_dir):
     return run, by_step(prints)
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize(("signum", "step"), [(signal.SIGTERM, 2), (signal.SIGINT, 5)])
 def test_a_signal_stops_after_the_step_with_a_checkpoint_and_resume_is_exact(
     compose_tiny, reference, tmp_path, signum, step
@@ -101,7 +100,6 @@ class DoubleCtrlC(L.Callback):
             os.kill(os.getpid(), signal.SIGINT)  # ...no: now
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_second_ctrl_c_aborts_at_once_without_a_checkpoint(compose_tiny, tmp_path):
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers can only be installed from the main thread")

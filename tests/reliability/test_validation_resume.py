@@ -32,7 +32,6 @@ class Validations(L.Callback):
             self.ended.append((trainer.global_step, float(trainer.callback_metrics["val/loss"])))
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_kill_during_the_validation_of_a_checkpointed_step_loses_no_point(compose_tiny, tmp_path):
     overrides = ("train.checkpoint_every_n_steps=2",)  # val every 4: steps 4 and 8 do both
     reference = Validations()
@@ -61,7 +60,6 @@ class KillAtStep(L.Callback):
             raise Killed
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_checkpoint_written_after_its_validation_resumes_without_validating_again(
     compose_tiny, tmp_path
 ):
