@@ -253,7 +253,9 @@ def main() -> None:
         args.steps, args.repeats = 10, 3
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)  # its device/summary lines
     # LitCausalLM has a validation_step; the timed loops have no validation data on purpose
-    warnings.filterwarnings("ignore", "You defined a `validation_step` but have no `val_dataloader`")
+    warnings.filterwarnings(
+        "ignore", "You defined a `validation_step` but have no `val_dataloader`"
+    )
     warmup = 5
     packed = [packed_batch(B, T, 4, 65, seed=i) for i in range(warmup + args.steps + 1)]
     long_config = dict(CONFIG, context_length=256)

@@ -93,7 +93,9 @@ class Losses(L.Callback):
         self.losses.append(pl_module.last_loss)
 
 
-@pytest.mark.filterwarnings("ignore:You passed `Trainer\\(accelerator=.cpu., precision=.16-mixed.\\)`")  # falls back to bf16
+@pytest.mark.filterwarnings(
+    "ignore:You passed `Trainer\\(accelerator=.cpu., precision=.16-mixed.\\)`"
+)  # falls back to bf16
 @pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
 def test_a_mixed_precision_training_run_has_finite_losses(compose_tiny, tmp_path, precision):
     """bf16-mixed, and 16-mixed (float16 autocast with a gradient scaler, which Lightning 2.6
