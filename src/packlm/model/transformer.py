@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from packlm.model import fused, masks
@@ -78,8 +77,7 @@ class SwiGLU(nn.Module):
         self.down.residual = True
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = self.gate_up(x).chunk(2, dim=-1)  # [B, T, hidden] each
-        return self.down(F.silu(gate) * up)  # [B, T, C]
+        return self.down(fused.swiglu(self.gate_up(x)))  # [B, T, 2 hidden] -> [B, T, C]
 
 
 class Block(nn.Module):
