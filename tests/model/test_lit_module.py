@@ -250,13 +250,23 @@ def test_schedule_and_weight_decay_groups():
     assert f(60) == pytest.approx(0.55)  # half-way down the cosine
     assert f(110) == pytest.approx(0.1) and f(1000) == pytest.approx(0.1)
 
-    lit = make(LitCausalLM, max_steps=100, weight_decay=0.1)
+    lit = make(LitCausalLM, max_steps=100, weight_decay=0.1, lr=1e-3, embedding_lr_ratio=8)
     conf = lit.configure_optimizers()
-    decay, no_decay = conf["optimizer"].param_groups
-    assert all(p.dim() == 2 for p in decay["params"]) and decay["weight_decay"] == 0.1
-    assert all(p.dim() == 1 for p in no_decay["params"]) and no_decay["weight_decay"] == 0.0
-    assert len(decay["params"]) + len(no_decay["params"]) == len(list(lit.parameters()))
+    matrices, embedding, vectors = conf["optimizer"].param_groups
+    assert all(p.dim() == 2 for p in matrices["params"]) and matrices["weight_decay"] == 0.1
+    assert embedding["params"] == [lit.model.wte.weight] and embedding["weight_decay"] == 0.1
+    assert all(p.dim() == 1 for p in vectors["params"]) and vectors["weight_decay"] == 0.0
+    n_params = sum(len(g["params"]) for g in (matrices, embedding, vectors))
+    assert n_params == len(list(lit.parameters()))
     assert conf["lr_scheduler"]["interval"] == "step"
+    # one schedule for all groups: the embedding keeps its ratio at every step
+    scheduler = conf["lr_scheduler"]["scheduler"]
+    schedule = partial(lr_factor, warmup=0, total=100, min_ratio=0.1)
+    for step in range(30):
+        lrs = [g["lr"] for g in conf["optimizer"].param_groups]
+        assert lrs == pytest.approx([1e-3 * schedule(step) * r for r in (1, 8, 1)])
+        conf["optimizer"].step()
+        scheduler.step()
 
 
 class RankData(Probe):

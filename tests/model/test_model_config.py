@@ -38,6 +38,8 @@ def test_model_errors_name_the_key(overrides, key):
     [
         ({"lr": 0}, "optim.lr"),
         ({"weight_decay": -0.1}, "optim.weight_decay"),
+        ({"embedding_lr_ratio": 0}, "optim.embedding_lr_ratio"),
+        ({"embedding_lr_ratio": "10"}, "optim.embedding_lr_ratio"),
         ({"betas": (0.9, 1.0)}, "optim.betas"),
         ({"warmup_steps": -1}, "optim.warmup_steps"),
         ({"max_steps": 0}, "optim.max_steps"),

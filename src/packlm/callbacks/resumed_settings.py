@@ -2,8 +2,9 @@
 
 Lightning restores the optimizer's param groups (lr, betas, eps, weight decay) and the
 schedule's base lr from the checkpoint, so a changed `optim.lr` would be silently ignored.
-After the restore this puts the config's values back and sets the current step's lr from
-the schedule of the current config (warmup, cosine horizon, min_lr_ratio, max_steps).
+After the restore this puts the config's values back, group by group
+(`LitCausalLM.param_groups`), and sets the current step's lr from the schedule of the
+current config (warmup, cosine horizon, min_lr_ratio, max_steps, embedding_lr_ratio).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ class ResumedSettings(L.Callback):
             return
         o = self.optim
         optimizer = trainer.optimizers[0]
-        decay, no_decay = optimizer.param_groups  # LitCausalLM.configure_optimizers' order
-        decay["weight_decay"], no_decay["weight_decay"] = o.weight_decay, 0.0
         scheduler = trainer.lr_scheduler_configs[0].scheduler
-        scheduler.base_lrs = [o.lr] * len(optimizer.param_groups)
+        current = {g["name"]: g for g in pl_module.param_groups()}  # this config's settings
+        scheduler.base_lrs = [current[g["name"]]["lr"] for g in optimizer.param_groups]
         for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas, strict=True):
-            group.update(betas=o.betas, eps=o.eps, initial_lr=o.lr)
-            group["lr"] = o.lr * factor(scheduler.last_epoch)
+            peak = current[group["name"]]["lr"]
+            group.update(betas=o.betas, eps=o.eps, initial_lr=peak)
+            group["weight_decay"] = current[group["name"]]["weight_decay"]
+            group["lr"] = peak * factor(scheduler.last_epoch)

@@ -91,6 +91,10 @@ class OptimConfig(ConfigGroup):
     """Peak learning rate of AdamW, reached at the end of warmup."""
     weight_decay: float = 0.1
     """Decoupled weight decay, applied to matrices (2-D parameters) only."""
+    embedding_lr_ratio: float = 1.0
+    """The token embedding trains at lr * this (the schedule scales it alike). Adam moves a
+    weight by about lr a step whatever its gradient, but an embedding row only moves on the
+    steps its token occurs; with a tied head (model.tie_embeddings) the head takes it too."""
     betas: tuple[float, float] = (0.9, 0.95)
     """AdamW moment coefficients."""
     eps: float = 1e-8
@@ -111,6 +115,9 @@ class OptimConfig(ConfigGroup):
             raise ConfigError(f"optim.lr={self.lr!r}: must be a positive number")
         if not isinstance(self.weight_decay, (int, float)) or self.weight_decay < 0:
             raise ConfigError(f"optim.weight_decay={self.weight_decay!r}: must be >= 0")
+        ratio = self.embedding_lr_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0:
+            raise ConfigError(f"optim.embedding_lr_ratio={ratio!r}: must be a positive number")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ConfigError(f"optim.betas={list(self.betas)}: two numbers in [0, 1)")
         if not isinstance(self.eps, (int, float)) or self.eps <= 0:

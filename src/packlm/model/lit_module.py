@@ -209,15 +209,33 @@ class LitCausalLM(L.LightningModule):
             return
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
+    def param_groups(self) -> list[dict[str, Any]]:
+        """AdamW's groups by name: matrices decay; the token embedding (a matrix) also trains
+        at lr * optim.embedding_lr_ratio; vectors (norm weights) neither decay nor scale."""
+        o = self.optim_config
+        embedding = self.model.wte.weight
+        params = list(self.model.parameters())  # tied weights appear once
+        matrices = [p for p in params if p.dim() >= 2 and p is not embedding]
+        return [
+            {"name": "matrices", "params": matrices, "weight_decay": o.weight_decay, "lr": o.lr},
+            {
+                "name": "embedding",
+                "params": [embedding],
+                "weight_decay": o.weight_decay,
+                "lr": o.lr * o.embedding_lr_ratio,
+            },
+            {
+                "name": "vectors",
+                "params": [p for p in params if p.dim() < 2],
+                "weight_decay": 0.0,
+                "lr": o.lr,
+            },
+        ]
+
     def configure_optimizers(self) -> dict[str, Any]:
         o = self.optim_config
-        params = list(self.model.parameters())  # tied weights appear once
-        groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": o.weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-        ]
         optimizer = torch.optim.AdamW(
-            groups, lr=o.lr, betas=o.betas, eps=o.eps, fused=self._fused_optimizer()
+            self.param_groups(), lr=o.lr, betas=o.betas, eps=o.eps, fused=self._fused_optimizer()
         )
         total = o.max_steps if o.max_steps is not None else self.trainer.estimated_stepping_batches
         if not math.isfinite(total):  # only trainer.max_time ends the run: no horizon to decay to
