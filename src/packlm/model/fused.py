@@ -1,12 +1,11 @@
-"""RMSNorm, rotary and SwiGLU as single autograd Functions: the same values, fewer kernels.
+"""RMSNorm and rotary as single autograd Functions: the same values, about half the kernels.
 
 Why: at nanoGPT's CPU shape (width 128, 768 tokens a step) an eager step is bound by
 kernel launches, not FLOPs. Autograd of the composite `F.rms_norm` runs about 16 kernels
 per call and rotary's chunk/mul/cat about 20 per layer; with their backward written out
-by hand they take 10 and 8, and SwiGLU's backward loses the cat of its chunk
-(bench/model.py measures the step). Under `torch.compile` the composite forms run
-instead: inductor fuses them itself. RMSNorm also keeps the composite for dtypes other
-than float32/float64, for its own rules of reduced precision.
+by hand they take 10 and 8 (bench/model.py measures the step). Under `torch.compile`, and
+for dtypes other than float32/float64, the composite forms run instead: inductor fuses
+them itself, and the composite keeps its own rules for reduced precision.
 tests/model/test_fused.py checks values and gradients against the composite forms.
 """
 
@@ -31,18 +30,6 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     if torch.compiler.is_compiling():
         return _rotate_composite(x, cos, sin)
     return _Rotate.apply(x, cos, sin)
-
-
-def swiglu(h: Tensor) -> Tensor:
-    """h [..., 2H], gate then up -> silu(gate) * up [..., H]."""
-    if torch.compiler.is_compiling():
-        return _swiglu_composite(h)
-    return _SwiGLU.apply(h)
-
-
-def _swiglu_composite(h: Tensor) -> Tensor:
-    gate, up = h.chunk(2, dim=-1)  # [..., H] each
-    return F.silu(gate) * up
 
 
 def _rotate_composite(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -97,25 +84,3 @@ def _turn(x: Tensor, cos: Tensor, sin: Tensor, sign: float) -> Tensor:
     torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-sign)
     torch.mul(x2, cos, out=o2).addcmul_(x1, sin, value=sign)
     return out
-
-
-class _SwiGLU(torch.autograd.Function):
-    """The composite's own kernels, but the backward writes d(gate) and d(up) into the two
-    halves of one tensor: the chunk's backward (a cat of the halves) goes away."""
-
-    @staticmethod
-    def forward(ctx, h: Tensor) -> Tensor:
-        gate, up = h.chunk(2, dim=-1)  # [..., H] each
-        silu = F.silu(gate)
-        ctx.save_for_backward(h, silu)
-        return silu * up
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
-        h, silu = ctx.saved_tensors
-        gate, up = h.chunk(2, dim=-1)
-        grad_h = torch.empty_like(h)  # [..., 2H]
-        grad_gate, grad_up = grad_h.chunk(2, dim=-1)
-        torch.mul(grad, silu, out=grad_up)
-        torch.ops.aten.silu_backward.grad_input(grad * up, gate, grad_input=grad_gate)
-        return grad_h

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from packlm.model import fused, masks
@@ -77,7 +78,8 @@ class SwiGLU(nn.Module):
         self.down.residual = True
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(fused.swiglu(self.gate_up(x)))  # [B, T, 2 hidden] -> [B, T, C]
+        gate, up = self.gate_up(x).chunk(2, dim=-1)  # [B, T, hidden] each
+        return self.down(F.silu(gate) * up)  # [B, T, C]
 
 
 class Block(nn.Module):
