@@ -246,6 +246,29 @@ def test_a_checkpoint_of_another_data_config_or_model_shape_is_refused_before_an
     assert not cache.exists()  # refused before the tokenizer or a store was touched
 
 
+def test_a_checkpoint_with_other_optimizer_groups_is_refused_pointing_at_init_from(
+    compose_tiny, checkpoint, tmp_path
+):
+    """An older packlm's checkpoint (two unnamed param groups) fails in seconds, not in
+    Lightning's optimizer restore after the data is built."""
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    state = saved["optimizer_states"][0]
+    assert [g["name"] for g in state["param_groups"]] == ["matrices", "embedding", "vectors"]
+    matrices, embedding, vectors = state["param_groups"]
+    old = dict(matrices, params=matrices["params"] + embedding["params"])
+    state["param_groups"] = [{k: v for k, v in g.items() if k != "name"} for g in (old, vectors)]
+    older = tmp_path / "older.ckpt"
+    torch.save(saved, older)
+    cache = tmp_path / "fresh-cache"
+    cfg = compose_tiny(f"ckpt_path={older}", f"cache_dir={cache}")
+    with pytest.raises(
+        ConfigError,
+        match=rf"^ckpt_path={older}: its optimizer has the param groups \[None, None\].*init_from=",
+    ):
+        train(cfg)
+    assert not cache.exists()
+
+
 def test_a_checkpoint_of_another_tokenizer_is_refused_naming_vocab_size(compose_tiny, checkpoint):
     cfg = compose_tiny("tokenizer.vocab_size=290", f"ckpt_path={checkpoint}")
     with pytest.raises(ConfigError, match=r"model\.vocab_size: 300 in the checkpoint, 290 now"):

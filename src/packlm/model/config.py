@@ -83,6 +83,10 @@ class ModelConfig(ConfigGroup):
         return self
 
 
+PARAM_GROUPS = ("matrices", "embedding", "vectors")
+"""AdamW's param groups, in order (LitCausalLM.param_groups); a resume checks them."""
+
+
 @dataclass
 class OptimConfig(ConfigGroup):
     group: ClassVar[str] = "optim"

@@ -29,7 +29,7 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_warn
 from torch import Tensor
 
-from packlm.model.config import ModelConfig, OptimConfig, as_dict
+from packlm.model.config import PARAM_GROUPS, ModelConfig, OptimConfig, as_dict
 from packlm.model.loss import (
     COUNTS,
     IGNORE_INDEX,
@@ -216,21 +216,17 @@ class LitCausalLM(L.LightningModule):
         embedding = self.model.wte.weight
         params = list(self.model.parameters())  # tied weights appear once
         matrices = [p for p in params if p.dim() >= 2 and p is not embedding]
-        return [
-            {"name": "matrices", "params": matrices, "weight_decay": o.weight_decay, "lr": o.lr},
+        vectors = [p for p in params if p.dim() < 2]
+        groups = [
+            {"params": matrices, "weight_decay": o.weight_decay, "lr": o.lr},
             {
-                "name": "embedding",
                 "params": [embedding],
                 "weight_decay": o.weight_decay,
                 "lr": o.lr * o.embedding_lr_ratio,
             },
-            {
-                "name": "vectors",
-                "params": [p for p in params if p.dim() < 2],
-                "weight_decay": 0.0,
-                "lr": o.lr,
-            },
+            {"params": vectors, "weight_decay": 0.0, "lr": o.lr},
         ]
+        return [dict(group, name=name) for name, group in zip(PARAM_GROUPS, groups, strict=True)]
 
     def configure_optimizers(self) -> dict[str, Any]:
         o = self.optim_config

@@ -5,8 +5,9 @@ What a resume does with each setting that differs from the checkpoint's (README,
 - refused, naming the key: the data plan (`data.*` keys of the plan, the store), the model
   shape, the tokenizer (vocab_size), the rank count. Start a new run from the weights with
   `init_from=<ckpt>` instead.
-- applied, and logged: `optim.*` (lr, betas, eps, weight decay, warmup, min_lr_ratio,
-  max_steps: the schedule is rebuilt from the current config), `trainer.max_steps`,
+- refused: a checkpoint whose optimizer has other param groups (an older packlm's).
+- applied, and logged: `optim.*` (lr, embedding_lr_ratio, betas, eps, weight decay, warmup,
+  min_lr_ratio, max_steps: the schedule is rebuilt from the current config), `trainer.max_steps`,
   `train.max_supervised_tokens`; everything else (logging, validation interval, ...).
 """
 
@@ -22,7 +23,7 @@ from packlm.callbacks.checkpoint_extras import KEY as EXTRAS_KEY
 from packlm.config import Validated
 from packlm.data.epoch.loader import PLAN_KEYS, check_plan_signature
 from packlm.errors import ConfigError
-from packlm.model.config import ModelConfig, as_dict
+from packlm.model.config import PARAM_GROUPS, ModelConfig, as_dict
 
 NOT_SHAPE = ("compile", "attention", "dropout")
 """Model keys that change how the model runs, not its weights: a resume may change them."""
@@ -60,6 +61,13 @@ def check_resume(path: Any, checkpoint: dict[str, Any], config: Validated) -> No
         except ConfigError as e:
             raise ConfigError(f"ckpt_path={path}: {e}") from None
     check_model_shape(path, checkpoint, config.model, skip=("vocab_size",))
+    for state in checkpoint.get("optimizer_states") or []:
+        groups = [g.get("name") for g in state.get("param_groups", [])]
+        if groups != list(PARAM_GROUPS):
+            raise ConfigError(
+                f"ckpt_path={path}: its optimizer has the param groups {groups}, this packlm "
+                f"has {list(PARAM_GROUPS)} (a checkpoint of an older packlm)." + INIT_FROM_HINT
+            )
 
 
 def check_model_shape(
