@@ -40,7 +40,10 @@ def use_torch_leaf_spec() -> None:
 def log_model_size(module: L.LightningModule) -> None:
     params = sum(p.numel() for p in module.parameters())
     embedding = module.model.wte.weight.numel()
-    log.info("model: %.2fM parameters (%.2fM in the tied embedding)", params / 1e6, embedding / 1e6)
+    where = (
+        "the embedding, tied to the head" if module.model_config.tie_embeddings else "the embedding"
+    )
+    log.info("model: %.2fM parameters (%.2fM in %s)", params / 1e6, embedding / 1e6, where)
 
 
 def summary(
