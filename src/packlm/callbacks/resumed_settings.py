@@ -27,7 +27,6 @@ class ResumedSettings(L.Callback):
         current = {g["name"]: g for g in pl_module.param_groups()}  # this config's settings
         scheduler.base_lrs = [current[g["name"]]["lr"] for g in optimizer.param_groups]
         for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas, strict=True):
-            peak = current[group["name"]]["lr"]
-            group.update(betas=o.betas, eps=o.eps, initial_lr=peak)
-            group["weight_decay"] = current[group["name"]]["weight_decay"]
-            group["lr"] = peak * factor(scheduler.last_epoch)
+            want = current[group["name"]]
+            group.update(betas=o.betas, eps=o.eps, weight_decay=want["weight_decay"])
+            group.update(initial_lr=want["lr"], lr=want["lr"] * factor(scheduler.last_epoch))
