@@ -68,7 +68,8 @@ class DataConfig(ConfigGroup):
     """Context-length curriculum: phases [{window: w, stride: s, until: n}, ..., {window: W,
     stride: S}] (stride defaults to the window); a phase ends at the first batch before which
     n supervised tokens (all ranks) were trained, mid-epoch too; the last has no until. The
-    last phase's window and stride replace data.window/stride (validation uses them)."""
+    last phase's window and stride are the run's data.window/stride (validation uses them); a
+    data.window or data.stride other than its default and that phase's is an error."""
     random_offset: bool = True
     """The first window of each sequence starts uniformly in [0, min(stride-1, len-T-1)],
     re-drawn every epoch (false: at 0)."""
@@ -269,4 +270,12 @@ def _check_curriculum(cfg: DataConfig, model_context: int | None) -> tuple[int, 
             raise ConfigError(
                 f"{key}.stride={stride}: data.snap_tolerance={tolerance} must be less than it"
             )
-    return phases[-1]["window"], phases[-1].get("stride", phases[-1]["window"])
+    run = {"window": phases[-1]["window"], "stride": phases[-1].get("stride", phases[-1]["window"])}
+    for key, value in run.items():  # a window or stride set beside a curriculum would be lost
+        given, default = getattr(cfg, key), DataConfig.__dataclass_fields__[key].default
+        if given not in (value, default):
+            raise ConfigError(
+                f"data.{key}={given}: data.curriculum sets the {key} (its last phase: {value});"
+                f" change that phase, or set data.curriculum=null to use data.{key}"
+            )
+    return run["window"], run["stride"]

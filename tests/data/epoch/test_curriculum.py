@@ -223,6 +223,16 @@ def test_the_last_phase_is_the_run_window_and_the_model_covers_every_phase():
         DataConfig(curriculum=[{"window": 64, "until": 5}, {"window": 8}], pack_size=20).validate()
 
 
+@pytest.mark.parametrize("key", ["window", "stride"])
+def test_a_window_or_stride_beside_a_curriculum_is_an_error_not_ignored(key):
+    phases = [{"window": 32, "until": 5}, {"window": 64}]
+    with pytest.raises(ConfigError, match=rf"data\.{key}=256: data\.curriculum sets the {key}"):
+        DataConfig(curriculum=phases, **{key: 256}).validate(model_context=256)
+    same = DataConfig(curriculum=phases, window=64, stride=64).validate(model_context=256)
+    assert (same.window, same.stride) == (64, 64)  # the last phase's own values are fine
+    assert same.validate(model_context=256).window == 64  # and validating again changes nothing
+
+
 def test_expected_tokens_follow_the_phases():
     phases = [Phase(4, 4, 100), Phase(8, 8, None)]
     assert expected_tokens(phases, [10.0, 40.0], 5) == 50
