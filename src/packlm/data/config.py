@@ -232,7 +232,8 @@ CURRICULUM_KEYS = ("window", "stride", "until")
 
 
 def _check_curriculum(cfg: DataConfig, model_context: int | None) -> tuple[int, int]:
-    """Check data.curriculum phase by phase; returns the last phase's (window, stride)."""
+    """Check data.curriculum phase by phase, and that data.window/stride do not contradict
+    it; returns the last phase's (window, stride)."""
     phases = cfg.curriculum
     if not isinstance(phases, (list, tuple)) or len(phases) == 0:
         raise ConfigError(f"data.curriculum={phases!r}: a list of {{window, stride, until}} phases")
