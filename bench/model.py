@@ -11,8 +11,10 @@ At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one
    in float32, as nanoGPT's train.py does on any CPU; packlm in what trainer.precision=auto
    picks (bf16-mixed on a CPU with AVX512-BF16 or AMX, float32 attention), and both are also
    shown under the other's precision, so the ratio of the recipe and of the model are apart.
-2. Forward + backward with block-diagonal SDPA vs is_causal SDPA (stream rows), with the
-   additive float mask the model uses and with a bool mask. GPU figures: bench/gpu.py.
+2. Forward + backward with document masks vs is_causal (stream rows), with the additive
+   float mask the model uses and with a bool mask; and the two CPU attention paths with
+   document masks: matmul (what model.attention=auto takes up to T=64) vs SDPA's flash
+   kernel, at T=64 and T=256. GPU figures: bench/gpu.py.
 A step's time is the wall time between consecutive step ends (data fetch included). The
 contenders take turns, one run each per repeat (the headline pair, reference and Lightning
 auto, two runs: first and last, in A B ... B A order); a ratio is the median over repeats of
@@ -284,6 +286,8 @@ def main() -> None:
         "bool": lambda: forward_backward(packed, warmup, CONFIG, bool_mask=True),
         "causal256": lambda: forward_backward([as_stream(b) for b in long_packed], warmup, long_config),
         "float256": lambda: forward_backward(long_packed, warmup, long_config),
+        "sdpa": lambda: forward_backward(packed, warmup, dict(CONFIG, attention="sdpa")),
+        "matmul256": lambda: forward_backward(long_packed, warmup, dict(long_config, attention="matmul")),
     }  # fmt: skip
     if args.compile:
         contenders["lightning compiled"] = partial(
@@ -334,6 +338,8 @@ def main() -> None:
         ("T=64 fwd+bwd: block-diag float mask / is_causal (aim <= 1.1)", ratio("float", "causal")),
         ("T=64 fwd+bwd: block-diag bool mask / is_causal", ratio("bool", "causal")),
         ("T=256 fwd+bwd: block-diag float mask / is_causal", ratio("float256", "causal256")),
+        ("T=64 fwd+bwd, doc masks: matmul attention (auto) / SDPA flash (time)", ratio("float", "sdpa")),
+        ("T=256 fwd+bwd, doc masks: matmul / SDPA flash (auto) (time)", ratio("matmul256", "float256")),
     ]  # fmt: skip
     print(
         f"\nmodel {CONFIG}, batch {B}x{T}, 4 documents per row, {torch.get_num_threads()} threads"

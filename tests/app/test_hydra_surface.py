@@ -92,6 +92,26 @@ def test_max_time_stops_the_run_on_time(compose_tiny, tmp_path):
     assert scalars(tmp_path / "run", "train/loss") and math.isfinite(metrics["val/loss"])
 
 
+def test_anneal_by_time_ends_a_time_limited_run_on_the_floor(compose_tiny, tmp_path, recwarn):
+    """max_time alone with optim.anneal_by_time: after warmup the cosine runs on the clock,
+    so the lr falls step by step and the step the time limit stops is at lr * min_lr_ratio."""
+    cfg = compose_tiny(
+        "trainer.max_steps=-1",
+        "trainer.max_time=00:00:00:03",
+        "trainer.val_check_interval=1000",
+        "train.sample_prompt=",
+        "optim.anneal_by_time=true",
+        "optim.lr=1e-3",
+    )
+    train(cfg, run_dir=tmp_path / "run")
+    assert not [w for w in recwarn if "no step horizon" in str(w.message)]
+    lrs = [lr for _, lr in sorted(scalars(tmp_path / "run", "lr").items())]
+    after_warmup = lrs[cfg.optim.warmup_steps :]
+    assert len(after_warmup) > 10 and after_warmup[0] == pytest.approx(1e-3, rel=1e-2)
+    assert all(b <= a for a, b in zip(after_warmup, after_warmup[1:], strict=False))
+    assert after_warmup[-1] <= 1e-3 * (cfg.optim.min_lr_ratio + 0.05)  # the cosine's end
+
+
 # --- groups: logger, callbacks, debug, experiment ------------------------------------------------
 
 

@@ -1,5 +1,6 @@
-"""The hand-written RMSNorm and rotary Functions equal the composite forms they replace,
-and the CPU precision rules: float32 attention under bf16 autocast, trainer.precision=auto."""
+"""The hand-written RMSNorm, rotary, attention-heads and SwiGLU Functions equal the composite
+forms they replace, and the CPU precision rules: float32 attention under bf16 autocast,
+trainer.precision=auto."""
 
 from __future__ import annotations
 
@@ -41,23 +42,47 @@ def test_rms_norm_passes_gradcheck_and_equals_f_rms_norm():
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
 
 
-def test_rotate_passes_gradcheck_and_equals_the_chunk_cat_form_on_strided_input():
-    cos, sin = angles(2, 5, 8, torch.float64)
-    x = torch.randn(2, 5, 6, 8, dtype=torch.float64).transpose(1, 2).requires_grad_(True)
-    assert not x.is_contiguous()  # as in Attention: a transposed view of the qkv output
-    assert torch.autograd.gradcheck(lambda x: fused._Rotate.apply(x, cos, sin), (x,))
+def test_split_heads_passes_gradcheck_and_equals_split_rotate_chunk():
+    B, T, H, D = 2, 5, 3, 8
+    cos, sin = angles(B, T, D, torch.float64)
+    qkv = torch.randn(B, T, 3 * H * D, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: fused._SplitHeads.apply(x, cos, sin, H), (qkv,))
+    # bf16 qkv (autocast's linear) into float32 heads, and the gradient back in bf16
+    qkv16 = qkv.detach().bfloat16().requires_grad_(True)
+    cos32, sin32 = cos.float(), sin.float()
+    ours = fused.split_heads(qkv16, cos32, sin32, H)
+    ref = fused._split_heads_composite(qkv16, cos32, sin32, H)
+    grads = [torch.randn(B, H, T, D) for _ in range(3)]
+    for a, b in zip(ours, ref, strict=True):
+        assert a.dtype == b.dtype == torch.float32 and a.shape == (B, H, T, D)
+        torch.testing.assert_close(a, b)
+    ours_grad = torch.autograd.grad(ours, qkv16, grads)[0]
+    ref_grad = torch.autograd.grad(ref, qkv16, grads)[0]
+    assert ours_grad.dtype == torch.bfloat16
+    torch.testing.assert_close(ours_grad, ref_grad)
+    # a head without a gradient (k unused) is a zero slice, not garbage
+    q, k, v = fused.split_heads(qkv, cos, sin, H)
+    (grad,) = torch.autograd.grad((q * grads[0].double()).sum() + v.sum(), qkv)
+    assert torch.count_nonzero(grad.view(B, T, 3, H * D)[:, :, 1]) == 0
+    # a rotation keeps each pair's length: q's pairs (i, i + D/2) against qkv's
+    q_in = qkv.detach().view(B, T, 3, H, D)[:, :, 0].transpose(1, 2)  # [B, H, T, D]
+    x1, x2 = q_in.chunk(2, dim=-1)
+    o1, o2 = q.detach().chunk(2, dim=-1)
+    torch.testing.assert_close(o1**2 + o2**2, x1**2 + x2**2)
 
-    ours = fused.rotate(x, cos, sin)
-    ref = fused._rotate_composite(x, cos, sin)
-    torch.testing.assert_close(ours, ref)
+
+def test_swiglu_passes_gradcheck_and_equals_silu_times_up():
+    gate_up = torch.randn(3, 4, 10, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(fused._SwiGLU.apply, (gate_up,))
+    x = torch.randn(3, 4, 10).bfloat16().requires_grad_(True)
+    gate, up = x.chunk(2, dim=-1)
+    ref = F.silu(gate) * up
+    ours = fused.swiglu(x)
+    torch.testing.assert_close(ours, ref, atol=0, rtol=0)
     g = torch.randn_like(ref)
     torch.testing.assert_close(
         torch.autograd.grad(ours, x, g)[0], torch.autograd.grad(ref, x, g)[0]
     )
-    # a rotation keeps each pair's length
-    x1, x2 = x.detach().chunk(2, dim=-1)
-    o1, o2 = ours.detach().chunk(2, dim=-1)
-    torch.testing.assert_close(o1**2 + o2**2, x1**2 + x2**2)
 
 
 def test_attention_runs_in_float32_on_cpu_under_16_bit_precision():

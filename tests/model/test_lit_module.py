@@ -5,11 +5,13 @@ from __future__ import annotations
 import copy
 import math
 from functools import partial
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader
 
@@ -249,6 +251,11 @@ def test_schedule_and_weight_decay_groups():
     assert f(0) == pytest.approx(0.1) and f(9) == 1.0 and f(10) == 1.0
     assert f(60) == pytest.approx(0.55)  # half-way down the cosine
     assert f(110) == pytest.approx(0.1) and f(1000) == pytest.approx(0.1)
+    # optim.anneal_by_time: the cosine follows whichever clock is further along
+    assert f(60, on_time=0.2) == pytest.approx(0.55) and f(60, on_time=1.0) == pytest.approx(0.1)
+    assert f(35, on_time=0.5) == pytest.approx(0.55) and f(5, on_time=1.0) == f(5)  # warmup
+    assert partial(f, total=math.inf)(1000, on_time=0.5) == pytest.approx(0.55)
+    assert partial(f, total=math.inf)(1000) == 1.0  # no horizon, no time: flat
 
     lit = make(LitCausalLM, max_steps=100, weight_decay=0.1, lr=1e-3, embedding_lr_ratio=8)
     conf = lit.configure_optimizers()
@@ -267,6 +274,23 @@ def test_schedule_and_weight_decay_groups():
         assert lrs == pytest.approx([1e-3 * schedule(step) * r for r in (1, 8, 1)])
         conf["optimizer"].step()
         scheduler.step()
+
+
+def test_time_progress_runs_on_rank_zeros_clock_and_survives_a_checkpoint():
+    """optim.anneal_by_time: every rank takes rank 0's elapsed seconds (so all set one lr),
+    and the clock's start, warmup's end, is in the checkpoint."""
+    lit = make(LitCausalLM, anneal_by_time=True)
+    timer = Timer(duration={"seconds": 110})  # not started: elapsed 0 on this rank
+    rank0_elapsed = iter([10.0, 60.0])
+    strategy = SimpleNamespace(broadcast=lambda obj, src: next(rank0_elapsed))
+    lit._trainer = SimpleNamespace(world_size=2, strategy=strategy)
+    assert lit._time_progress(timer) == 0.0  # warmup ends at rank 0's 10 s
+    assert lit._time_progress(timer) == pytest.approx(0.5)  # 50 of the 100 s left
+    checkpoint = {}
+    lit.on_save_checkpoint(checkpoint)
+    resumed = make(LitCausalLM, anneal_by_time=True)
+    resumed.on_load_checkpoint(checkpoint)
+    assert resumed._warmup_end_s == 10.0
 
 
 class RankData(Probe):

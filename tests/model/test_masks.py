@@ -93,9 +93,37 @@ def test_is_causal_equals_dense_mask_for_stream_rows():
 
 
 def test_resolve_backend():
-    assert masks.resolve_backend("auto", torch.device("cpu")) == "sdpa"
-    assert masks.resolve_backend("flex", torch.device("cpu")) == "flex"
+    cpu = torch.device("cpu")
+    assert masks.resolve_backend("auto", cpu) == "sdpa"
+    assert masks.resolve_backend("auto", cpu, masks.MATMUL_MAX_T) == "matmul"
+    assert masks.resolve_backend("auto", cpu, masks.MATMUL_MAX_T + 1) == "sdpa"
+    assert masks.resolve_backend("sdpa", cpu, 16) == "sdpa"
+    assert masks.resolve_backend("flex", cpu) == "flex"
     assert masks.resolve_backend("sdpa", torch.device("cuda")) == "sdpa"
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_matmul_attention_matches_sdpa_forward_and_backward(dtype):
+    """Packed rows with PAD and stream rows: the matmul backend computes SDPA's function."""
+    torch.manual_seed(0)
+    seg = torch.tensor([[0] * 5 + [1] * 7 + [-1] * 4, [0] * 3 + [1] * 12 + [-1]], dtype=torch.int32)
+    stream = torch.zeros(2, 16, dtype=torch.int32)
+    tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 2e-2, "rtol": 2e-2}
+    for rows in (seg, stream):
+        q, k, v = (torch.randn(2, 3, 16, 8, dtype=dtype, requires_grad=True) for _ in range(3))
+        grad = torch.randn(2, 3, 16, 8, dtype=dtype)
+        outs = []
+        for backend in ("sdpa", "matmul"):
+            mask = masks.build_mask(rows, backend, dtype)
+            assert mask.matmul == (backend == "matmul")
+            out = masks.attend(q, k, v, mask)
+            outs.append((out, *torch.autograd.grad(out, (q, k, v), grad)))
+        ref = F.scaled_dot_product_attention(
+            q.double(), k.double(), v.double(), attn_mask=masks.allowed(rows)[:, None]
+        )
+        torch.testing.assert_close(outs[1][0].double(), ref, **tol)
+        for sdpa, matmul in zip(*outs, strict=True):
+            torch.testing.assert_close(matmul, sdpa, **tol)
 
 
 def test_flex_matches_sdpa_on_cpu():

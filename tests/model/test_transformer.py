@@ -29,10 +29,15 @@ def grads(model) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
+# every CPU attention path: auto takes matmul for short rows, SDPA for long ones
+backends = pytest.mark.parametrize("attention", ["sdpa", "matmul"])
+
+
+@backends
 @pytest.mark.parametrize("lengths", [[5, 7, 3], [1, 1, 9, 4], [16]])
-def test_packed_row_equals_each_document_alone(lengths):
+def test_packed_row_equals_each_document_alone(lengths, attention):
     """Invariant 1: logits and gradients (float64, atol 1e-5)."""
-    model = tiny_model()
+    model = tiny_model(attention=attention)
     docs = random_docs(lengths, seed=len(lengths))
     packed = cat_rows(pack_row(docs, T=16 + 3), pack_row(docs[::-1], T=16 + 3))  # PAD at the end
     logits = run(model, packed)  # [2, T, V]
@@ -70,9 +75,10 @@ def test_packed_logits_property(lengths, n_pad):
         start += len(doc)
 
 
-def test_later_document_changes_no_earlier_logit():
+@backends
+def test_later_document_changes_no_earlier_logit(attention):
     """Invariant 2, and causality inside a document."""
-    model = tiny_model()
+    model = tiny_model(attention=attention)
     docs = random_docs([6, 5, 4], seed=3)
     a = run(model, pack_row(docs, T=16))[0]
     changed = [docs[0], [(t + 1) % PAD for t in docs[1]], docs[2][:2]]  # doc 1 edited, doc 2 cut
@@ -85,9 +91,10 @@ def test_later_document_changes_no_earlier_logit():
     torch.testing.assert_close(a[6:], c[6:], atol=1e-12, rtol=0)  # other documents unaffected
 
 
-def test_ignored_positions_pass_no_gradient():
+@backends
+def test_ignored_positions_pass_no_gradient(attention):
     """Invariant 4: PAD tokens and ignored targets contribute nothing to loss or gradient."""
-    model = tiny_model()
+    model = tiny_model(attention=attention)
     batch = pack_row(random_docs([5, 4], seed=4), T=13)  # 4 PAD at the end
     captured = {}
 
@@ -114,8 +121,9 @@ def test_ignored_positions_pass_no_gradient():
     assert torch.equal(run(model, batch)[0, real], run(model, noisy)[0, real])
 
 
-def test_all_pad_rows_and_zero_targets_are_finite():
-    model = tiny_model(dtype=torch.float32)
+@backends
+def test_all_pad_rows_and_zero_targets_are_finite(attention):
+    model = tiny_model(dtype=torch.float32, attention=attention)
     batch = cat_rows(pack_row([], T=8), pack_row([[1, 2, 3]], T=8))
     batch["labels"][:] = -100  # zero supervised targets
     logits = run(model, batch)
@@ -126,8 +134,9 @@ def test_all_pad_rows_and_zero_targets_are_finite():
     assert all(torch.isfinite(p.grad).all() and not p.grad.any() for p in model.parameters())
 
 
-def test_stream_rows_equal_no_segments():
-    model = tiny_model()
+@backends
+def test_stream_rows_equal_no_segments(attention):
+    model = tiny_model(attention=attention)
     ids = torch.randint(0, V, (2, 10))
     zeros = torch.zeros(2, 10, dtype=torch.int32)
     torch.testing.assert_close(model(ids, zeros), model(ids), atol=0, rtol=0)

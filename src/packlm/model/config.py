@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from packlm.config_group import ConfigGroup, check_choice, check_positive_int
 from packlm.errors import ConfigError
 
-ATTENTION_BACKENDS = ("auto", "sdpa", "flex")
+ATTENTION_BACKENDS = ("auto", "sdpa", "flex", "matmul")
 LOSS_WEIGHTINGS = ("token", "document")
 
 
@@ -42,8 +42,10 @@ class ModelConfig(ConfigGroup):
     rope_base: float = 10000.0
     """Base of the rotary position embedding frequencies."""
     attention: str = "auto"
-    """auto (FlexAttention on CUDA, SDPA elsewhere), sdpa (dense mask), flex (FlexAttention;
-    compiled on CUDA; on CPU torch only has a slow forward-only reference, for tests)."""
+    """auto (FlexAttention on CUDA; on CPU matmul for rows of up to 64 tokens, where it is
+    faster, else SDPA), sdpa (dense mask), flex (FlexAttention; compiled on CUDA; on CPU torch
+    only has a slow forward-only reference, for tests), matmul (two batched matmuls and a
+    softmax; memory grows with T^2)."""
     loss_weighting: str = "token"
     """token: every supervised target weighs the same (sum CE / N of the step); document:
     every document piece weighs the same (mean of its CE, then mean over the step's pieces).
@@ -111,6 +113,11 @@ class OptimConfig(ConfigGroup):
     """Optimizer steps of the cosine schedule; None: the Trainer's estimated stepping batches."""
     min_lr_ratio: float = 0.1
     """The cosine decays to lr * min_lr_ratio, then stays there."""
+    anneal_by_time: bool = False
+    """With trainer.max_time: the cosine also runs on the clock, reaching min_lr_ratio when the
+    time is up (progress after warmup: the larger of the steps' and the time's share), so a run
+    the time limit stops ends annealed, not mid-schedule. The lr then depends on the machine's
+    speed, and a run is not repeatable step for step. No effect without trainer.max_time."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # a YAML list or a tuple

@@ -1,11 +1,14 @@
-"""RMSNorm and rotary as single autograd Functions: the same values, about half the kernels.
+"""RMSNorm, the attention heads and SwiGLU as single autograd Functions: the same values,
+fewer kernels and no concatenations.
 
 Why: at nanoGPT's CPU shape (width 128, 768 tokens a step) an eager step is bound by
-kernel launches, not FLOPs. Autograd of the composite `F.rms_norm` runs about 16 kernels
-per call and rotary's chunk/mul/cat about 20 per layer; with their backward written out
-by hand they take 10 and 8 (bench/model.py measures the step). Under `torch.compile`, and
-for dtypes other than float32/float64, the composite forms run instead: inductor fuses
-them itself, and the composite keeps its own rules for reduced precision.
+kernel launches and memory passes, not FLOPs. Autograd of the composite `F.rms_norm` runs
+about 16 kernels per call, rotary's chunk/mul/cat about 20 per layer; and the backward of
+every split or chunk (qkv -> q, k, v; gate_up -> gate, up) is a `cat` of strided gradients,
+the slowest copies of the step. With the backward written out by hand, each gradient is
+written once, in place, into the slice it belongs to (bench/model.py measures the step).
+Under `torch.compile` the composite forms run instead (inductor fuses them itself), and
+RMSNorm keeps F.rms_norm's own rules for reduced precision.
 tests/model/test_fused.py checks values and gradients against the composite forms.
 """
 
@@ -25,11 +28,28 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return _RMSNorm.apply(x, weight, eps)
 
 
-def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs (x[..., i], x[..., i + D/2]) of x [B, H, T, D] by angles [B, 1, T, D/2]."""
+def split_heads(qkv: Tensor, cos: Tensor, sin: Tensor, n_head: int) -> tuple[Tensor, ...]:
+    """qkv [B, T, 3C] -> q, k, v [B, H, T, D] in cos's dtype, q and k rotated."""
     if torch.compiler.is_compiling():
-        return _rotate_composite(x, cos, sin)
-    return _Rotate.apply(x, cos, sin)
+        return _split_heads_composite(qkv, cos, sin, n_head)
+    return _SplitHeads.apply(qkv, cos, sin, n_head)
+
+
+def swiglu(gate_up: Tensor) -> Tensor:
+    """gate_up [..., 2F] -> silu(gate) * up [..., F]."""
+    if torch.compiler.is_compiling():
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    return _SwiGLU.apply(gate_up)
+
+
+def _split_heads_composite(qkv: Tensor, cos: Tensor, sin: Tensor, n_head: int):
+    B, T, C3 = qkv.shape
+    C, H = C3 // 3, n_head
+    qk, v = qkv.to(cos.dtype).split([2 * C, C], dim=-1)  # [B, T, 2C], [B, T, C]
+    qk = qk.view(B, T, 2 * H, C // H).transpose(1, 2)  # [B, 2H, T, D]
+    q, k = _rotate_composite(qk, cos, sin).chunk(2, dim=1)  # [B, H, T, D] each
+    return q, k, v.view(B, T, H, C // H).transpose(1, 2)
 
 
 def _rotate_composite(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -61,26 +81,68 @@ class _RMSNorm(torch.autograd.Function):
         return grad_x, grad_w, None
 
 
-class _Rotate(torch.autograd.Function):
-    """Forward rotates by +angle; the backward rotates the gradient by -angle (the
-    transpose of a rotation). Both write their halves into one new tensor: no cat."""
+class _SplitHeads(torch.autograd.Function):
+    """The heads are strided views of qkv: q and k are rotated out of them, v copied, each
+    into its own contiguous tensor in the attention dtype. The backward rotates dq and dk
+    back and writes them, and dv, straight into their slices of one [B, T, 3C] gradient."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def forward(ctx, qkv: Tensor, cos: Tensor, sin: Tensor, n_head: int):
+        B, T, C3 = qkv.shape
+        H, D = n_head, C3 // 3 // n_head
+        heads = qkv.view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # [3, B, H, T, D], a view
+        qk = _turn(heads[:2], cos, sin, sign=1.0)  # [2, B, H, T, D]: q, k each contiguous
+        v = torch.empty((B, H, T, D), dtype=cos.dtype, device=qkv.device).copy_(heads[2])
         ctx.save_for_backward(cos, sin)
-        return _turn(x, cos, sin, sign=1.0)
+        ctx.qkv_dtype, ctx.qkv_shape, ctx.n_head = qkv.dtype, qkv.shape, n_head
+        ctx.set_materialize_grads(False)  # an unused head's gradient: None, a zeroed slice
+        return qk[0], qk[1], v
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+    def backward(ctx, dq: Tensor, dk: Tensor, dv: Tensor):
         cos, sin = ctx.saved_tensors
-        return _turn(grad, cos, sin, sign=-1.0), None, None
+        (B, T, C3), H = ctx.qkv_shape, ctx.n_head
+        grad = torch.empty((B, T, C3), dtype=ctx.qkv_dtype, device=cos.device)
+        slots = grad.view(B, T, 3, H, C3 // 3 // H).permute(2, 0, 3, 1, 4)  # [3, B, H, T, D]
+        for g, slot in zip((dq, dk), slots[:2], strict=True):
+            _turn(g, cos, sin, sign=-1.0, out=slot) if g is not None else slot.zero_()
+        slots[2].copy_(dv) if dv is not None else slots[2].zero_()
+        return grad, None, None, None
 
 
-def _turn(x: Tensor, cos: Tensor, sin: Tensor, sign: float) -> Tensor:
-    """(x1 cos - sign x2 sin, x2 cos + sign x1 sin) into one contiguous [B, H, T, D]."""
-    x1, x2 = x.chunk(2, dim=-1)  # [B, H, T, D/2] each
-    out = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, cos.dtype), device=x.device)
+class _SwiGLU(torch.autograd.Function):
+    """silu(gate) * up; the backward writes d_gate and d_up into the halves of one tensor."""
+
+    @staticmethod
+    def forward(ctx, gate_up: Tensor) -> Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)  # [..., F] each
+        act = F.silu(gate)
+        ctx.save_for_backward(gate_up, act)
+        return act * up
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        gate_up, act = ctx.saved_tensors
+        gate, up = gate_up.chunk(2, dim=-1)
+        out = torch.empty_like(gate_up)
+        d_gate, d_up = out.chunk(2, dim=-1)
+        torch.mul(grad, act, out=d_up)
+        torch.ops.aten.silu_backward.grad_input(grad * up, gate, grad_input=d_gate)
+        return out
+
+
+def _turn(x: Tensor, cos: Tensor, sin: Tensor, sign: float, out: Tensor | None = None) -> Tensor:
+    """(x1 cos - sign x2 sin, x2 cos + sign x1 sin) into `out` (new: one contiguous
+    [..., B, H, T, D] in the promoted dtype; given: any strided view, cast on the write)."""
+    x1, x2 = x.chunk(2, dim=-1)  # [..., B, H, T, D/2] each
+    if out is None:
+        dtype = torch.promote_types(x.dtype, cos.dtype)
+        out = torch.empty(x.shape, dtype=dtype, device=x.device)
     o1, o2 = out.chunk(2, dim=-1)
-    torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-sign)
-    torch.mul(x2, cos, out=o2).addcmul_(x1, sin, value=sign)
+    if out.dtype == torch.promote_types(x.dtype, cos.dtype):
+        torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-sign)
+        torch.mul(x2, cos, out=o2).addcmul_(x1, sin, value=sign)
+    else:  # a lower-precision slot: compute in the promoted dtype, round once
+        o1.copy_(torch.mul(x1, cos).addcmul_(x2, sin, value=-sign))
+        o2.copy_(torch.mul(x2, cos).addcmul_(x1, sin, value=sign))
     return out

@@ -14,17 +14,19 @@ before the rescale (off by a positive factor only).
 The lr schedule is linear warmup then cosine over optimizer steps; under data.curriculum its
 clock is the supervised tokens trained (`tokens_seen`, so a resume is exact), with warmup
 and horizon converted from steps to the tokens the curriculum's phases are expected to take.
+With optim.anneal_by_time and trainer.max_time the cosine also runs on Lightning's Timer
+(rank 0's clock), whichever is further along: a run the time limit ends is annealed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_warn
 from torch import Tensor
@@ -71,6 +73,7 @@ class LitCausalLM(L.LightningModule):
         self.last_grad_norm: Tensor | float = 0.0  # of the last step, before clipping
         self._cycle: Tensor | None = None  # StepTotals of the accumulation cycle so far
         self._eval: Tensor | None = None  # [nats, supervised, bytes] of the eval loop so far
+        self._warmup_end_s: float | None = None  # Timer seconds at warmup's end (checkpointed)
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -234,20 +237,24 @@ class LitCausalLM(L.LightningModule):
             self.param_groups(), lr=o.lr, betas=o.betas, eps=o.eps, fused=self._fused_optimizer()
         )
         total = o.max_steps if o.max_steps is not None else self.trainer.estimated_stepping_batches
-        if not math.isfinite(total):  # only trainer.max_time ends the run: no horizon to decay to
+        timer = self._time_limit() if o.anneal_by_time else None
+        if not math.isfinite(total) and timer is None:  # only trainer.max_time ends the run
             rank_zero_warn(
-                "no step horizon (trainer.max_time alone): the lr stays flat after warmup"
+                "no step horizon (trainer.max_time alone): the lr stays flat after warmup; "
+                "optim.anneal_by_time=true decays it by the time limit"
             )
             total = math.inf
-        schedule = partial(lr_factor, warmup=o.warmup_steps, total=total, min_ratio=o.min_lr_ratio)
+        clock, warmup, first, horizon = (lambda step: step), o.warmup_steps, 1, total
         tokens_after = self._curriculum_tokens()
         if tokens_after is not None:  # the clock is supervised tokens (resumed: tokens_seen)
+            clock = lambda _step: self.tokens_seen["supervised"]  # noqa: E731
             warmup, first = tokens_after(o.warmup_steps), tokens_after(1)
             horizon = tokens_after(total) if math.isfinite(total) else math.inf
 
-            def schedule(_step: int) -> float:
-                seen = self.tokens_seen["supervised"]
-                return lr_factor(seen, warmup, horizon, o.min_lr_ratio, first)
+        def schedule(step: int) -> float:
+            now = clock(step)
+            on_time = self._time_progress(timer) if timer is not None and now >= warmup else 0.0
+            return lr_factor(now, warmup, horizon, o.min_lr_ratio, first, on_time)
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {
@@ -265,22 +272,45 @@ class LitCausalLM(L.LightningModule):
         per_step = trainer.accumulate_grad_batches
         return lambda steps: datamodule.expected_supervised_tokens(steps * per_step)
 
+    def _time_limit(self) -> Timer | None:
+        """Lightning's Timer of trainer.max_time, or None without a time limit."""
+        trainer = self._trainer
+        timers = [c for c in trainer.callbacks if isinstance(c, Timer)] if trainer else []
+        return timers[0] if timers and timers[0].time_remaining() is not None else None
+
+    def _time_progress(self, timer: Timer) -> float:
+        """Share of the time limit spent since warmup ended, on rank 0's clock (every rank
+        must set the same lr); the first call, at warmup's end, starts it."""
+        elapsed = timer.time_elapsed()
+        limit = elapsed + timer.time_remaining()  # trainer.max_time in seconds
+        if self.trainer.world_size > 1:
+            elapsed = self.trainer.strategy.broadcast(elapsed, src=0)
+        if self._warmup_end_s is None:
+            self._warmup_end_s = elapsed
+        after_warmup = limit - self._warmup_end_s
+        return (elapsed - self._warmup_end_s) / after_warmup if after_warmup > 0 else 1.0
+
     # --- checkpoints ----------------------------------------------------------------------
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["packlm_tokens_seen"] = dict(self.tokens_seen)
+        checkpoint["packlm_warmup_end_s"] = self._warmup_end_s
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.tokens_seen.update(checkpoint.get("packlm_tokens_seen", {}))
+        self._warmup_end_s = checkpoint.get("packlm_warmup_end_s")
 
 
-def lr_factor(step: float, warmup: float, total: float, min_ratio: float, first=1) -> float:
+def lr_factor(
+    step: float, warmup: float, total: float, min_ratio: float, first=1, on_time: float = 0.0
+) -> float:
     """Multiplier of the peak lr at optimizer step `step` (0-based): linear warmup, then a
     cosine from 1 down to min_ratio at step `total`, flat after. Under a curriculum all are
-    supervised tokens and `first` the tokens of one step: the same schedule, tokens as clock."""
+    supervised tokens and `first` the tokens of one step: the same schedule, tokens as clock.
+    on_time: the time limit's share spent after warmup; the cosine follows whichever of the
+    two is further along (total=inf: the time alone)."""
     if step < warmup:
         return min(1.0, (step + first) / warmup)
-    if total == math.inf:
-        return 1.0
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    progress = (step - warmup) / max(1, total - warmup) if total != math.inf else 0.0
+    progress = min(1.0, max(progress, on_time))
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))

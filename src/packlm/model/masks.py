@@ -9,6 +9,8 @@ Three forms, one meaning:
 - stream rows (one segment per row, no PAD): no mask at all, SDPA with is_causal=True;
 - dense: an additive float mask [B, 1, T, T] for SDPA (0 allowed, -inf masked);
 - flex: a FlexAttention BlockMask (CUDA), which skips the blocks no query may see.
+On CPU, rows of up to MATMUL_MAX_T tokens attend through two batched matmuls and a softmax
+(the "matmul" backend, with the dense mask or a causal one) instead of SDPA's flash kernel.
 """
 
 from __future__ import annotations
@@ -87,22 +89,35 @@ class AttentionMask:
     is_causal: bool = False
     dense: Tensor | None = None  # [B, 1, T, T] additive, for SDPA
     block: BlockMask | None = None  # for FlexAttention
+    matmul: bool = False  # attend with batched matmuls (matmul_attention), not SDPA
 
 
-def resolve_backend(attention: str, device: torch.device) -> str:
-    """auto -> flex on CUDA (compiled kernels exist there), sdpa elsewhere."""
+# CPU rows up to this many tokens attend by matmul (bench/model.py's attention rows): at T=64
+# forward + backward take 0.6x the time of SDPA's flash kernel, at T=128 about the same,
+# at T=256 1.1-1.4x.
+MATMUL_MAX_T = 64
+
+
+def resolve_backend(attention: str, device: torch.device, T: int | None = None) -> str:
+    """auto -> flex on CUDA (compiled kernels exist there); on CPU matmul for rows of at most
+    MATMUL_MAX_T tokens, sdpa for longer ones (and elsewhere)."""
     if attention == "auto":
-        return "flex" if device.type == "cuda" and flex_attention is not None else "sdpa"
+        if device.type == "cuda" and flex_attention is not None:
+            return "flex"
+        if device.type == "cpu" and T is not None and T <= MATMUL_MAX_T:
+            return "matmul"
+        return "sdpa"
     return attention
 
 
 def build_mask(segment_ids: Tensor | None, backend: str, dtype: torch.dtype) -> AttentionMask:
     """The mask of one batch, built once and reused by every layer."""
+    matmul = backend == "matmul"
     if is_stream(segment_ids):
-        return AttentionMask(is_causal=True)
+        return AttentionMask(is_causal=True, matmul=matmul)
     if backend == "flex":
         return AttentionMask(block=flex_block_mask(segment_ids))
-    return AttentionMask(dense=additive_mask(segment_ids, dtype))
+    return AttentionMask(dense=additive_mask(segment_ids, dtype), matmul=matmul)
 
 
 _compiled_flex = None
@@ -138,4 +153,22 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:
         if mask.block is not None:
             return _flex(q)(q, k, v, block_mask=mask.block)
         dense = None if mask.dense is None else mask.dense.to(q.dtype)  # no-op: built in it
+        if mask.matmul:
+            return matmul_attention(q, k, v, dense)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=dense, is_causal=mask.is_causal)
+
+
+def matmul_attention(q: Tensor, k: Tensor, v: Tensor, dense: Tensor | None) -> Tensor:
+    """softmax(q k^T / sqrt(D) + mask) v as two batched matmuls; dense None: causal. What
+    SDPA computes, but the [B, H, T, T] probabilities are held for the backward (4 bytes each
+    in float32: 96 KiB per row of T = 64 with 6 heads, per layer; 4 MiB at T = 512 with 8),
+    which is why auto takes it for short rows only."""
+    T, D = q.shape[-2:]
+    if dense is None:  # [T, T], broadcast over rows and heads
+        dense = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
+    scores = torch.add(dense, q @ k.transpose(-1, -2), alpha=D**-0.5)  # [B, H, T, T]
+    if scores.dtype in (torch.float16, torch.bfloat16):  # softmax in float32, like SDPA's
+        probs = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype)
+    else:
+        probs = scores.softmax(dim=-1)
+    return probs @ v  # [B, H, T, D]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from packlm.model import fused, masks
@@ -56,12 +55,8 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: masks.AttentionMask) -> Tensor:
         B, T, C = x.shape
-        H, D = self.n_head, C // self.n_head
-        qkv = self.qkv(x).to(cos.dtype)  # [B, T, 3C] in masks.attention_dtype
-        qk, v = qkv.split([2 * C, C], dim=-1)  # [B, T, 2C], [B, T, C]
-        qk = qk.view(B, T, 2 * H, D).transpose(1, 2)  # [B, 2H, T, D]
-        q, k = fused.rotate(qk, cos, sin).chunk(2, dim=1)  # [B, H, T, D] each, one rotation
-        v = v.view(B, T, H, D).transpose(1, 2)  # [B, H, T, D]
+        # q, k, v [B, H, T, D] in masks.attention_dtype (cos's), q and k rotated
+        q, k, v = fused.split_heads(self.qkv(x), cos, sin, self.n_head)
         y = masks.attend(q, k, v, mask)  # [B, H, T, D]
         y = y.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
         if not torch.is_autocast_enabled(x.device.type):  # e.g. bf16-true on CPU: fp32 attention
@@ -78,8 +73,7 @@ class SwiGLU(nn.Module):
         self.down.residual = True
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = self.gate_up(x).chunk(2, dim=-1)  # [B, T, hidden] each
-        return self.down(F.silu(gate) * up)  # [B, T, C]
+        return self.down(fused.swiglu(self.gate_up(x)))  # [B, T, 2 hidden] -> [B, T, C]
 
 
 class Block(nn.Module):
@@ -140,7 +134,7 @@ class Transformer(nn.Module):
             position_ids = positions_from_segments(segment_ids, B, T, input_ids.device)
         x = self.drop(self.wte(input_ids))  # [B, T, C]
         dtype = masks.attention_dtype(x)  # mask and rotary tables are built in it
-        backend = masks.resolve_backend(self.config.attention, x.device)
+        backend = masks.resolve_backend(self.config.attention, x.device, T)
         mask = masks.build_mask(segment_ids, backend, dtype)  # once for all layers
         cos, sin = self.rotary(position_ids, dtype)  # [B, 1, T, D/2] each
         for block in self.blocks:
