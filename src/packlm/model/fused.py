@@ -105,8 +105,14 @@ class _SplitHeads(torch.autograd.Function):
         grad = torch.empty((B, T, C3), dtype=ctx.qkv_dtype, device=cos.device)
         slots = grad.view(B, T, 3, H, C3 // 3 // H).permute(2, 0, 3, 1, 4)  # [3, B, H, T, D]
         for g, slot in zip((dq, dk), slots[:2], strict=True):
-            _turn(g, cos, sin, sign=-1.0, out=slot) if g is not None else slot.zero_()
-        slots[2].copy_(dv) if dv is not None else slots[2].zero_()
+            if g is None:
+                slot.zero_()
+            else:
+                _turn(g, cos, sin, sign=-1.0, out=slot)
+        if dv is None:
+            slots[2].zero_()
+        else:
+            slots[2].copy_(dv)
         return grad, None, None, None
 
 
