@@ -120,6 +120,26 @@ def test_a_live_owner_is_waited_for_and_named(tmp_path, caplog):
     assert not any("breaking" in r.getMessage() for r in caplog.records)
 
 
+def test_an_owner_exiting_between_the_lock_and_the_liveness_check_is_not_broken(
+    tmp_path, caplog, monkeypatch
+):
+    """The owner exits (and its lock with it) right after a waiter's try of the lock failed:
+    the waiter sees a dead owner, but the lock is free, so it takes it instead of breaking it."""
+    holder = hold(tmp_path / ".entry.lock", 0, 60)
+    alive = entry.owner_alive
+
+    def owner_exits_first(owner):
+        holder.kill()
+        holder.wait()
+        return alive(owner)
+
+    monkeypatch.setattr(entry, "owner_alive", owner_exits_first)
+    with caplog.at_level(logging.INFO, logger="packlm"), entry.locked(tmp_path / "entry"):
+        assert (tmp_path / ".entry.lock").exists()
+    assert holder.returncode is not None
+    assert not any("breaking" in r.getMessage() for r in caplog.records)
+
+
 def test_owner_liveness_sees_zombies_and_reused_pids():
     host = os.uname().nodename
     me = os.getpid()

@@ -123,6 +123,11 @@ def _wait_for(fd: int, lock_path: Path, dest: Path, announced: bool) -> bool:
             pass
         owner = _read_owner(lock_path)
         if owner_alive(owner) is False and _same_file(fd, lock_path):
+            try:  # an owner that just exited released the lock with it: take it, break nothing
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                pass  # still held, by a process that inherited it from its dead owner
             log.warning(
                 "breaking the lock %s: its owner, process %s, is dead (the lock was kept by "
                 "a process that inherited it)",
