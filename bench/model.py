@@ -41,7 +41,8 @@ from torch.utils.data import DataLoader
 from packlm.callbacks import StepMetrics
 from packlm.model import masks
 from packlm.model.config import ModelConfig
-from packlm.model.lit_module import LitCausalLM, lr_factor
+from packlm.model.lit_module import LitCausalLM
+from packlm.model.schedule import lr_factor
 from packlm.model.transformer import Transformer, positions_from_segments
 from packlm.run.trainer_config import auto_precision
 

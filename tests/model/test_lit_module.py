@@ -18,8 +18,9 @@ from torch.utils.data import DataLoader
 from helpers.models import PAD, V, cat_rows, pack_row, random_docs, tiny_config
 from packlm.callbacks import StepMetrics
 from packlm.data.epoch.collate import mark_stream
-from packlm.model.lit_module import LitCausalLM, lr_factor
+from packlm.model.lit_module import LitCausalLM
 from packlm.model.loss import token_counts
+from packlm.model.schedule import lr_factor
 from packlm.model.transformer import Transformer
 
 pytestmark = [

@@ -11,8 +11,10 @@
    SwiGLU, tied head): a packed row gives the same logits as each document alone.
 5. `loss.py`: sum of CE over supervised targets / N of the whole optimizer step, the
    `StepTotals` of a step, the gradient rescale that makes it exact.
-6. `lit_module.py`: `LitCausalLM` = forward, loss, AdamW with warmup + cosine.
-7. `sampling.py`: text generation from a model (temperature, top-k).
+6. `schedule.py`: the lr multiplier (warmup, then a cosine) and its clocks: steps, supervised
+   tokens (data.curriculum), the share of trainer.max_time (optim.anneal_by_time).
+7. `lit_module.py`: `LitCausalLM` = forward, loss, AdamW on that schedule.
+8. `sampling.py`: text generation from a model (temperature, top-k).
 
 `LitCausalLM` is imported lazily so `import packlm.model` stays free of Lightning.
 """

@@ -43,6 +43,7 @@ from packlm.model.loss import (
     scale_to_step_mean,
     sum_cross_entropy,
 )
+from packlm.model.schedule import lr_factor, time_limit
 from packlm.model.transformer import Transformer
 
 
@@ -237,7 +238,7 @@ class LitCausalLM(L.LightningModule):
             self.param_groups(), lr=o.lr, betas=o.betas, eps=o.eps, fused=self._fused_optimizer()
         )
         total = o.max_steps if o.max_steps is not None else self.trainer.estimated_stepping_batches
-        timer = self._time_limit() if o.anneal_by_time else None
+        timer = time_limit(self.trainer) if o.anneal_by_time else None
         if not math.isfinite(total) and timer is None:  # only trainer.max_time ends the run
             rank_zero_warn(
                 "no step horizon (trainer.max_time alone): the lr stays flat after warmup; "
@@ -272,12 +273,6 @@ class LitCausalLM(L.LightningModule):
         per_step = trainer.accumulate_grad_batches
         return lambda steps: datamodule.expected_supervised_tokens(steps * per_step)
 
-    def _time_limit(self) -> Timer | None:
-        """Lightning's Timer of trainer.max_time, or None without a time limit."""
-        trainer = self._trainer
-        timers = [c for c in trainer.callbacks if isinstance(c, Timer)] if trainer else []
-        return timers[0] if timers and timers[0].time_remaining() is not None else None
-
     def _time_progress(self, timer: Timer) -> float:
         """Share of the time limit spent since warmup ended, on rank 0's clock (every rank
         must set the same lr); the first call, at warmup's end, starts it."""
@@ -299,18 +294,3 @@ class LitCausalLM(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.tokens_seen.update(checkpoint.get("packlm_tokens_seen", {}))
         self._warmup_end_s = checkpoint.get("packlm_warmup_end_s")
-
-
-def lr_factor(
-    step: float, warmup: float, total: float, min_ratio: float, first=1, on_time: float = 0.0
-) -> float:
-    """Multiplier of the peak lr at optimizer step `step` (0-based): linear warmup, then a
-    cosine from 1 down to min_ratio at step `total`, flat after. Under a curriculum all are
-    supervised tokens and `first` the tokens of one step: the same schedule, tokens as clock.
-    on_time: the time limit's share spent after warmup; the cosine follows whichever of the
-    two is further along (total=inf: the time alone)."""
-    if step < warmup:
-        return min(1.0, (step + first) / warmup)
-    progress = (step - warmup) / max(1, total - warmup) if total != math.inf else 0.0
-    progress = min(1.0, max(progress, on_time))
-    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -1,0 +1,34 @@
+"""The lr schedule: linear warmup, then a cosine down to min_lr_ratio, and its clocks.
+
+The clock is optimizer steps, or under data.curriculum the supervised tokens trained; with
+optim.anneal_by_time also the share of trainer.max_time spent after warmup (Lightning's
+Timer), whichever is further along. LitCausalLM.configure_optimizers puts them together.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+from lightning.pytorch.callbacks import Timer
+
+
+def time_limit(trainer: L.Trainer) -> Timer | None:
+    """Lightning's Timer of trainer.max_time, or None without a time limit."""
+    timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
+    return timers[0] if timers and timers[0].time_remaining() is not None else None
+
+
+def lr_factor(
+    step: float, warmup: float, total: float, min_ratio: float, first=1, on_time: float = 0.0
+) -> float:
+    """Multiplier of the peak lr at optimizer step `step` (0-based): linear warmup, then a
+    cosine from 1 down to min_ratio at step `total`, flat after. Under a curriculum all are
+    supervised tokens and `first` the tokens of one step: the same schedule, tokens as clock.
+    on_time: the time limit's share spent after warmup; the cosine follows whichever of the
+    two is further along (total=inf: the time alone)."""
+    if step < warmup:
+        return min(1.0, (step + first) / warmup)
+    progress = (step - warmup) / max(1, total - warmup) if total != math.inf else 0.0
+    progress = min(1.0, max(progress, on_time))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
