@@ -92,9 +92,9 @@ class AttentionMask:
     matmul: bool = False  # attend with batched matmuls (matmul_attention), not SDPA
 
 
-# CPU rows up to this many tokens attend by matmul (bench/model.py's attention rows): at T=64
-# forward + backward take 0.6x the time of SDPA's flash kernel, at T=128 about the same,
-# at T=256 1.1-1.4x.
+# CPU rows up to this many tokens attend by matmul. Attention alone, forward + backward at
+# [12, 4, T, 32] in float32, takes 0.6x the time of SDPA's flash kernel at T=64, the same at
+# T=128 and 1.1-1.4x at T=256 (bench/model.py's attention rows time the whole model).
 MATMUL_MAX_T = 64
 
 
