@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from packlm.model import fused, masks
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.loss import grad_norm
-from packlm.run import trainer_config
 from packlm.run.trainer_config import TrainerConfig
 
 
@@ -94,10 +93,15 @@ def test_attention_runs_in_float32_on_cpu_under_16_bit_precision():
         assert masks.attention_dtype(x) == torch.float32
 
 
-@pytest.mark.parametrize(("bf16", "expected"), [(True, "bf16-mixed"), (False, "32-true")])
-def test_precision_auto_follows_the_cpu(monkeypatch, bf16, expected):
+@pytest.mark.parametrize(
+    ("amx", "avx512_bf16", "expected"),
+    [(True, True, "bf16-mixed"), (False, True, "32-true"), (False, False, "32-true")],
+)
+def test_precision_auto_follows_the_cpu(monkeypatch, amx, avx512_bf16, expected):
+    """bf16-mixed needs AMX: with AVX512-BF16 alone a bf16 matmul is slower than float32."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(trainer_config, "_cpu_has_bf16", lambda: bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
     config = TrainerConfig().validate()
     assert config.precision == "auto"
     assert config.trainer_kwargs().get("precision", "32-true") == expected

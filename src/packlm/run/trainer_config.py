@@ -125,20 +125,20 @@ class TrainerConfig(ConfigGroup):
 
 
 def auto_precision(accelerator: str) -> str:
-    """bf16-mixed where the chip multiplies bf16 natively, else 32-true (litgpt's rule, for
-    CPUs too): a CUDA GPU with bf16, or a CPU with AVX512-BF16 or AMX, where a bf16 matmul
-    at width 128 runs about 2.2x the float32 one (bench/model.py). Elsewhere bf16 would be
-    emulated and slower, so float32."""
+    """bf16-mixed where the chip multiplies bf16 natively and faster, else 32-true (litgpt's
+    rule, for CPUs too): a CUDA GPU with bf16, or a CPU with AMX tiles. AVX512-BF16 alone is
+    not enough: on such a CPU (no AMX) oneDNN's bf16 matmul at width 128 runs 0.5x the float32
+    one and the nanoGPT-shape step 0.68x (bench/model.py), where with AMX it ran 2.2x."""
     if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
         return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
-    if accelerator in ("auto", "cpu") and _cpu_has_bf16():
+    if accelerator in ("auto", "cpu") and _cpu_has_amx():
         return "bf16-mixed"
     return "32-true"
 
 
-def _cpu_has_bf16() -> bool:
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private, hence getattr
-    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+def _cpu_has_amx() -> bool:
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)  # private, hence getattr
+    return bool(probe and probe())
 
 
 def _schema() -> type:
