@@ -146,3 +146,102 @@ def test_fp16_mixed_keeps_adamw_unfused_for_its_grad_scaler():
     lit.trainer = L.Trainer(accelerator="cpu", plugins=[fp16], logger=False, max_steps=1)
     assert lit.trainer.precision_plugin.scaler is not None
     assert lit.configure_optimizers()["optimizer"].defaults["fused"] is False
+
+
+# --- the output head and the cross-entropy in row chunks -----------------------------------
+
+
+def head_problem(N: int, C: int, V: int, dtype: torch.dtype, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(N, C, generator=g, dtype=dtype).requires_grad_()
+    weight = torch.randn(V, C, generator=g, dtype=dtype).requires_grad_()
+    labels = torch.randint(0, V, (N,), generator=g)
+    labels[::5] = -100  # rows without a target
+    weights = torch.rand(N, generator=g, dtype=dtype)
+    return hidden, weight, labels, weights
+
+
+def composite_ce(hidden, weight, labels, weights):
+    ce = F.cross_entropy(hidden @ weight.t(), labels, reduction="none")  # 0 where -100
+    return (ce if weights is None else ce * weights).sum(), ce
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("chunk_rows", [64, 1000])  # several chunks (a partial last one); one
+def test_linear_cross_entropy_equals_the_head_and_f_cross_entropy(
+    monkeypatch, weighted, chunk_rows
+):
+    N, C, V = 150, 8, 33
+    monkeypatch.setattr(fused, "CE_CHUNK_ELEMENTS", chunk_rows * V)
+    hidden, weight, labels, weights = head_problem(N, C, V, torch.float64)
+    weights = weights if weighted else None
+    objective, ce = fused.linear_cross_entropy(hidden, weight, labels, weights)
+    want_objective, want_ce = composite_ce(hidden, weight, labels, weights)
+    torch.testing.assert_close(ce, want_ce.detach(), rtol=1e-12, atol=1e-12)
+    assert not ce.requires_grad and bool((ce[labels == -100] == 0).all())
+    got = torch.autograd.grad(objective * 2.5, (hidden, weight))  # an incoming gradient != 1
+    want = torch.autograd.grad(want_objective * 2.5, (hidden, weight))
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert got[0][labels == -100].abs().max() == 0  # a row without a target gets no gradient
+
+
+def test_linear_cross_entropy_passes_gradcheck():
+    hidden, weight, labels, weights = head_problem(70, 4, 9, torch.float64, seed=1)
+
+    def objective(h, w):
+        return fused.linear_cross_entropy(h, w, labels, weights)[0]
+
+    assert torch.autograd.gradcheck(objective, (hidden, weight))
+
+
+def test_linear_cross_entropy_under_bf16_autocast_matches_f_linear_and_cross_entropy():
+    hidden, weight, labels, _ = head_problem(200, 32, 100, torch.float32, seed=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        objective, ce = fused.linear_cross_entropy(hidden, weight, labels)
+        logits = F.linear(hidden, weight)  # bf16, as the model's head under autocast
+    assert logits.dtype == torch.bfloat16 and ce.dtype == torch.float32
+    want = F.cross_entropy(logits.float(), labels, reduction="none")
+    torch.testing.assert_close(ce, want.detach(), rtol=0, atol=1e-5)  # the same bf16 logits
+    got = torch.autograd.grad(objective, (hidden, weight))
+    wanted = torch.autograd.grad(want.sum(), (hidden, weight))
+    for a, b in zip(got, wanted, strict=True):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)  # bf16 matmuls, summed apart
+
+
+def test_linear_cross_entropy_without_grad_gives_the_same_values():
+    hidden, weight, labels, weights = head_problem(90, 8, 17, torch.float32, seed=3)
+    with_grad = fused.linear_cross_entropy(hidden, weight, labels, weights)
+    with torch.no_grad():
+        without = fused.linear_cross_entropy(hidden, weight, labels, weights)
+    assert not without[0].requires_grad
+    for a, b in zip(with_grad, without, strict=True):
+        assert torch.equal(a.detach(), b)
+
+
+@pytest.mark.parametrize("chunked_from", [0, 2**62])  # the chunked head / logits + CE
+@pytest.mark.parametrize("tied", [False, True])
+def test_the_training_loss_equals_logits_and_cross_entropy(monkeypatch, tied, chunked_from):
+    """LitCausalLM's eager CPU loss, either path, against the model's logits + F.cross_entropy."""
+    monkeypatch.setattr(fused, "CE_CHUNKED_FROM", chunked_from)
+    torch.manual_seed(0)
+    lit = LitCausalLM(
+        dict(vocab_size=40, context_length=16, n_layer=1, n_head=2, n_embd=16, tie_embeddings=tied)
+    ).double()
+    B, T = 3, 16
+    labels = torch.randint(0, 40, (B, T))
+    labels[:, -2:] = -100
+    batch = {
+        "input_ids": torch.randint(0, 40, (B, T)),
+        "labels": labels,
+        "segment_ids": torch.tensor([0] * 9 + [1] * 7).expand(B, T),
+    }
+    objective, ce = lit._cross_entropy(batch)
+    logits = lit(batch["input_ids"], batch["segment_ids"])  # [B, T, V]
+    want = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none")
+    torch.testing.assert_close(ce, want.view(B, T).detach(), rtol=1e-12, atol=1e-12)
+    params = [p for p in lit.parameters() if p.requires_grad]
+    got = torch.autograd.grad(objective, params)
+    for a, b in zip(got, torch.autograd.grad(want.sum(), params), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

@@ -89,7 +89,17 @@ def assert_grads_equal(got: dict, expected: dict) -> None:
         torch.testing.assert_close(got[name], g, atol=1e-10, rtol=1e-8, msg=name)
 
 
-def test_accumulation_equals_one_big_batch():
+@pytest.fixture(params=["logits", "chunked"])
+def head_path(request, monkeypatch):
+    """Run a test through both loss paths of LitCausalLM: logits + F.cross_entropy, and the
+    chunked head (fused.linear_cross_entropy, which the step takes for large logits)."""
+    from packlm.model import fused
+
+    monkeypatch.setattr(fused, "CE_CHUNKED_FROM", 0 if request.param == "chunked" else 2**62)
+    return request.param
+
+
+def test_accumulation_equals_one_big_batch(head_path):
     expected, expected_loss = reference_grads(MANY, FEW)
 
     accumulated = make()
@@ -108,7 +118,7 @@ def test_accumulation_equals_one_big_batch():
     assert not torch.allclose((naive[key] + few[key]) / 2, expected[key], atol=1e-6)
 
 
-def test_short_last_cycle_of_an_epoch_is_exact():
+def test_short_last_cycle_of_an_epoch_is_exact(head_path):
     """3 micro-batches with accumulate_grad_batches=2: the second step has one micro-batch."""
     lit = make()
     trainer(max_steps=2, accumulate_grad_batches=2).fit(lit, loader(MANY, MANY, FEW))
@@ -119,7 +129,7 @@ def test_short_last_cycle_of_an_epoch_is_exact():
         torch.testing.assert_close(lit.step_grads[f"model.{name}"], p.grad, atol=1e-10, rtol=1e-8)
 
 
-def test_step_without_targets_leaves_everything_unchanged():
+def test_step_without_targets_leaves_everything_unchanged(head_path):
     snapshots = []
 
     class Snapshot(L.Callback):
@@ -364,7 +374,7 @@ def document_reference_grads(*batches) -> tuple[dict[str, torch.Tensor], float]:
     return {f"model.{k}": p.grad for k, p in model.named_parameters()}, loss.item()
 
 
-def test_document_weighting_is_exact_under_accumulation():
+def test_document_weighting_is_exact_under_accumulation(head_path):
     expected, expected_loss = document_reference_grads(MANY, FEW)
     accumulated = make()
     accumulated.model_config.loss_weighting = "document"
@@ -377,7 +387,7 @@ def test_document_weighting_is_exact_under_accumulation():
     assert not torch.allclose(by_token["model.wte.weight"], expected["model.wte.weight"], atol=1e-6)
 
 
-def test_document_weighting_step_without_targets_is_zero():
+def test_document_weighting_step_without_targets_is_zero(head_path):
     lit = make()
     lit.model_config.loss_weighting = "document"
     trainer(max_steps=1).fit(lit, loader(NONE))

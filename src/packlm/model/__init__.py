@@ -6,7 +6,8 @@
    even under bf16 autocast).
 3. `fused.py`: RMSNorm, the q/k/v heads with rotary, and SwiGLU as autograd Functions with
    written-out backward passes (fewer kernels and no concatenations than the composite
-   forms; the eager CPU step is launch-bound).
+   forms; the eager CPU step is launch-bound), and the output head with the cross-entropy
+   in row chunks (no [B, T, V] logits in the training step).
 4. `transformer.py`: `Transformer`, a plain nn.Module (RMSNorm, RoPE from position_ids,
    SwiGLU, tied head): a packed row gives the same logits as each document alone.
 5. `loss.py`: sum of CE over supervised targets / N of the whole optimizer step, the

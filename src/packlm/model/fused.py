@@ -152,3 +152,94 @@ def _turn(x: Tensor, cos: Tensor, sin: Tensor, sign: float, out: Tensor | None =
         o1.copy_(torch.mul(x1, cos).addcmul_(x2, sin, value=-sign))
         o2.copy_(torch.mul(x2, cos).addcmul_(x1, sin, value=sign))
     return out
+
+
+# The training step takes linear_cross_entropy (eager, CPU) from this many logits on: 32 MiB
+# of float32, above which glibc maps every allocation fresh (page faults on each write). The
+# step at the default config's 4096 x 4096 logits: 0.75x the time of F.cross_entropy; at
+# 2048 x 1536 a tie; at 768 x 65 1.05x (bench figures: README, Benchmarks).
+CE_CHUNKED_FROM = 2**23
+
+# Rows per chunk of linear_cross_entropy: about 2^19 float32 logits (2 MiB, a core's L2),
+# reused from the heap chunk after chunk; at least 64 rows, so each matmul stays efficient.
+CE_CHUNK_ELEMENTS = 2**19
+
+
+def linear_cross_entropy(
+    hidden: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    weights: Tensor | None = None,
+    ignore_index: int = -100,
+) -> tuple[Tensor, Tensor]:
+    """The output head and the cross-entropy together, in chunks of rows.
+
+    hidden [N, C], weight [V, C] (the head's), labels [N] (ignore_index: no target), weights
+    [N] or None (1 per target) -> (sum over targets of weight * CE, differentiable in hidden
+    and weight; [N] CE per row, 0 without a target, no gradient; float32, float64 for float64).
+
+    Why: F.cross_entropy on whole logits writes four [N, V] float32 tensors a step (logits,
+    log-probabilities, the zeroed gradient, its log-softmax backward), each freshly mapped
+    memory (67 MB at 4096 x 4096: about a quarter of the default config's CPU step went to
+    log_softmax and its backward). Here each chunk's logits are turned into their gradient in
+    place while still in cache; the gradients of hidden and weight are taken in the forward
+    and scaled by the incoming gradient in the backward. Matmuls run in autocast's dtype (or
+    the weight's), softmax in float32, as F.linear + F.cross_entropy do under autocast.
+    """
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        return _LinearCrossEntropy.apply(hidden, weight, labels, weights, ignore_index)
+    objective, ce, _, _ = _head_and_ce(hidden, weight, labels, weights, ignore_index, False)
+    return objective, ce
+
+
+def _head_and_ce(hidden, weight, labels, weights, ignore_index: int, grads: bool):
+    """(objective, ce [N], d objective / d hidden [N, C] or None, d / d weight [V, C] or None)."""
+    N, V = hidden.shape[0], weight.shape[0]
+    device = hidden.device
+    on = torch.is_autocast_enabled(device.type)
+    dtype = torch.get_autocast_dtype(device.type) if on else weight.dtype  # of the matmuls
+    acc = torch.promote_types(dtype, torch.float32)  # of the softmax and the sums
+    h, w = hidden.to(dtype), weight.to(dtype)  # [N, C], [V, C]; no-ops outside autocast
+    valid = labels != ignore_index  # [N]
+    target = torch.where(valid, labels, 0)[:, None]  # [N, 1]
+    scale = valid.to(acc) if weights is None else torch.where(valid, weights.to(acc), 0.0)
+    ce = torch.empty(N, dtype=acc, device=device)
+    grad_h = torch.empty_like(hidden) if grads else None  # [N, C]
+    grad_w = torch.zeros(weight.shape, dtype=acc, device=device) if grads else None
+    rows = max(64, CE_CHUNK_ELEMENTS // V)
+    for start in range(0, N, rows):
+        s = slice(start, start + rows)
+        logits = (h[s] @ w.t()).to(acc)  # [r, V]
+        lse = torch.logsumexp(logits, dim=-1)  # [r]
+        ce[s] = (lse - logits.gather(1, target[s]).squeeze(1)) * valid[s]
+        if grads:  # d (scale * CE) / d logits = scale * (softmax - one_hot(target))
+            probs = logits.sub_(lse[:, None]).exp_()  # [r, V], in place
+            probs.scatter_add_(1, target[s], torch.full_like(lse[:, None], -1.0))
+            g = probs.mul_(scale[s, None]).to(dtype)  # [r, V]
+            grad_h[s] = g @ w  # [r, C]
+            if dtype == acc:
+                grad_w.addmm_(g.t(), h[s])  # [V, C]
+            else:
+                grad_w += (g.t() @ h[s]).to(acc)
+    return (ce * scale).sum(), ce, grad_h, grad_w
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, weights, ignore_index):
+        objective, ce, grad_h, grad_w = _head_and_ce(
+            hidden, weight, labels, weights, ignore_index, True
+        )
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.weight_dtype = weight.dtype
+        ctx.mark_non_differentiable(ce)
+        return objective, ce
+
+    @staticmethod
+    def backward(ctx, grad_objective: Tensor, _grad_ce: Tensor):
+        grad_h, grad_w = ctx.saved_tensors
+        d_hidden = grad_h * grad_objective.to(grad_h.dtype) if ctx.needs_input_grad[0] else None
+        d_weight = (
+            (grad_w * grad_objective).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
+        )
+        return d_hidden, d_weight, None, None, None

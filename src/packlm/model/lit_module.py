@@ -31,6 +31,7 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_warn
 from torch import Tensor
 
+from packlm.model import fused
 from packlm.model.config import PARAM_GROUPS, ModelConfig, OptimConfig, as_dict
 from packlm.model.loss import (
     COUNTS,
@@ -41,7 +42,6 @@ from packlm.model.loss import (
     grad_norm,
     micro_batch_totals,
     scale_to_step_mean,
-    sum_cross_entropy,
 )
 from packlm.model.schedule import lr_factor, time_limit
 from packlm.model.transformer import Transformer
@@ -100,9 +100,33 @@ class LitCausalLM(L.LightningModule):
         segment_ids = None if batch.get("stream") else batch.get("segment_ids")
         return self(batch["input_ids"], segment_ids, batch.get("position_ids"))  # [B, T, V]
 
+    def _cross_entropy(
+        self, batch: Mapping[str, Tensor], weights: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """(sum over the supervised targets of weight * CE, differentiable; float32 [B, T] CE,
+        0 where there is no target). weights [B, T], None: 1 per target. Eager on CPU with
+        large logits the head and the CE run in row chunks (fused.linear_cross_entropy: no
+        [B, T, V] logits held); otherwise (compiled, an accelerator, small logits) logits
+        and F.cross_entropy."""
+        labels = batch["labels"]
+        chunked = labels.numel() * self.model_config.vocab_size >= fused.CE_CHUNKED_FROM
+        if self.model_config.compile or labels.device.type != "cpu" or not chunked:
+            ce = cross_entropy_per_target(self._logits(batch), labels)  # [B, T]
+            return (ce.sum() if weights is None else (ce * weights).sum()), ce
+        segment_ids = None if batch.get("stream") else batch.get("segment_ids")
+        hidden = self.model.hidden(batch["input_ids"], segment_ids, batch.get("position_ids"))
+        objective, ce = fused.linear_cross_entropy(
+            hidden.flatten(0, 1),  # [B T, C]
+            self.model.lm_head.weight,
+            labels.flatten(),
+            None if weights is None else weights.flatten(),
+            IGNORE_INDEX,
+        )
+        return objective, ce.view(labels.shape)
+
     def _sum_ce(self, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Sum of CE over the supervised targets of a batch (0 if none), and [B, T] target mask."""
-        return sum_cross_entropy(self._logits(batch), batch["labels"])
+        return self._cross_entropy(batch)[0], batch["labels"] != IGNORE_INDEX
 
     # --- training: the loss of packlm.model.loss ------------------------------------------
 
@@ -112,9 +136,9 @@ class LitCausalLM(L.LightningModule):
             totals = micro_batch_totals(batch, sum_ce, supervised)  # stays on the device
             objective = sum_ce
         else:  # document: each target weighted by 1 / (targets of its document piece)
-            ce = cross_entropy_per_target(self._logits(batch), batch["labels"])  # [B, T]
-            weights, pieces = document_weights(batch["labels"], batch.get("segment_ids"), ce.dtype)
-            objective = (ce * weights).sum()
+            dtype = torch.promote_types(self.model.lm_head.weight.dtype, torch.float32)  # CE's
+            weights, pieces = document_weights(batch["labels"], batch.get("segment_ids"), dtype)
+            objective, ce = self._cross_entropy(batch, weights)  # ce [B, T]
             supervised = batch["labels"] != IGNORE_INDEX
             totals = micro_batch_totals(batch, ce.sum(), supervised, objective, pieces)
         self._cycle = totals if self._cycle is None else self._cycle + totals

@@ -129,6 +129,16 @@ class Transformer(nn.Module):
         document per row. position_ids [B, T]: None derives them from segment_ids (0 at
         each document start).
         """
+        return self.lm_head(self.hidden(input_ids, segment_ids, position_ids))  # [B, T, V]
+
+    def hidden(
+        self,
+        input_ids: Tensor,
+        segment_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+    ) -> Tensor:
+        """input_ids [B, T] -> the final normed hidden states [B, T, C] the head reads (the
+        training loss applies the head itself, in row chunks: fused.linear_cross_entropy)."""
         B, T = input_ids.shape
         if position_ids is None:
             position_ids = positions_from_segments(segment_ids, B, T, input_ids.device)
@@ -139,7 +149,7 @@ class Transformer(nn.Module):
         cos, sin = self.rotary(position_ids, dtype)  # [B, 1, T, D/2] each
         for block in self.blocks:
             x = block(x, cos, sin, mask)  # [B, T, C]
-        return self.lm_head(self.norm_f(x))  # [B, T, V]
+        return self.norm_f(x)  # [B, T, C]
 
 
 def positions_from_segments(segment_ids: Tensor | None, B: int, T: int, device) -> Tensor:
