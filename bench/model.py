@@ -14,7 +14,10 @@ At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one
 2. Forward + backward with document masks vs is_causal (stream rows), with the additive
    float mask the model uses and with a bool mask; and the two CPU attention paths with
    document masks: matmul (what model.attention=auto takes up to T=64) vs SDPA's flash
-   kernel, at T=64 and T=256. GPU figures: bench/gpu.py.
+   kernel, at T=64 and T=256; and LitCausalLM's loss at the default config's shape (2 x 128,
+   vocab 4096, 32 x 128 tokens) through the chunked head (fused.linear_cross_entropy, what
+   the eager CPU step takes for logits this large) vs logits + F.cross_entropy. GPU figures:
+   bench/gpu.py.
 A step's time is the wall time between consecutive step ends (data fetch included). The
 contenders take turns, one run each per repeat (the headline pair, reference and Lightning
 auto, two runs: first and last, in A B ... B A order); a ratio is the median over repeats of
@@ -39,7 +42,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from packlm.callbacks import StepMetrics
-from packlm.model import masks
+from packlm.model import fused, masks
 from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.schedule import lr_factor
@@ -242,6 +245,26 @@ def forward_backward(batches, warmup: int, config: dict, bool_mask: bool = False
     return gaps(stamps, warmup)
 
 
+HEAD_CONFIG = dict(vocab_size=4096, context_length=128, n_layer=2, n_head=4, n_embd=128)
+HEAD_B, HEAD_T = 32, 128  # the default config's batch: 4096 x 4096 logits
+
+
+def head_loss(batches, warmup: int, chunked: bool) -> list[float]:
+    """Forward + backward of LitCausalLM's loss at the default config's shape, the output head
+    and CE in row chunks (fused.linear_cross_entropy) or as logits + F.cross_entropy."""
+    torch.manual_seed(0)
+    lit = LitCausalLM(HEAD_CONFIG)
+    saved, fused.CE_CHUNKED_FROM = fused.CE_CHUNKED_FROM, 0 if chunked else 2**62
+    stamps = []
+    try:
+        for batch in batches:
+            lit._cross_entropy(batch)[0].backward()
+            stamps.append(time.perf_counter())
+    finally:
+        fused.CE_CHUNKED_FROM = saved
+    return gaps(stamps, warmup)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -278,7 +301,13 @@ def main() -> None:
     if args.compile:
         loops["bare compiled"] = BareLoop(seeded(compile=True), bf16=low)
     contenders = {name: partial(loop, packed, warmup) for name, loop in loops.items()}
+    head_batches = [
+        packed_batch(HEAD_B, HEAD_T, 3, HEAD_CONFIG["vocab_size"], seed=i)
+        for i in range(warmup + max(4, args.steps // 4) + 1)
+    ]
     contenders |= {
+        "head chunked": lambda: head_loss(head_batches, warmup, chunked=True),
+        "head logits": lambda: head_loss(head_batches, warmup, chunked=False),
         "lightning auto": lambda: lightning_loop(packed, warmup, False, precision=auto),
         "lightning": lambda: lightning_loop(packed, warmup, tensorboard=False),
         "lightning+tb": lambda: lightning_loop(packed, warmup, tensorboard=True),
@@ -341,6 +370,7 @@ def main() -> None:
         ("T=256 fwd+bwd: block-diag float mask / is_causal", ratio("float256", "causal256")),
         ("T=64 fwd+bwd, doc masks: matmul attention (auto) / SDPA flash (time)", ratio("float", "sdpa")),
         ("T=256 fwd+bwd, doc masks: matmul / SDPA flash (auto) (time)", ratio("matmul256", "float256")),
+        ("default config's loss fwd+bwd (4096x4096 logits): chunked head / logits (time)", ratio("head chunked", "head logits")),
     ]  # fmt: skip
     print(
         f"\nmodel {CONFIG}, batch {B}x{T}, 4 documents per row, {torch.get_num_threads()} threads"
