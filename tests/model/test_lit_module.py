@@ -307,9 +307,14 @@ def test_time_progress_runs_on_rank_zeros_clock_and_survives_a_checkpoint():
 class RankData(Probe):
     """Rank r trains on its own pair of micro-batches; rank 0 saves the step's gradients."""
 
-    def __init__(self, *args, out=None, **kwargs):
+    def __init__(self, *args, out=None, chunked_from=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.out = out
+        self.out, self.chunked_from = out, chunked_from
+
+    def on_fit_start(self):  # in each spawned rank: the loss path the test asks for
+        from packlm.model import fused
+
+        fused.CE_CHUNKED_FROM = self.chunked_from
 
     def train_dataloader(self):
         shards = [(MANY, FEW), (FEW, NONE)]
@@ -324,10 +329,13 @@ class RankData(Probe):
 
 
 @pytest.mark.slow
-def test_two_ddp_ranks_equal_one_process(tmp_path):
+@pytest.mark.parametrize("chunked_from", [2**62, 0], ids=["logits", "chunked"])
+def test_two_ddp_ranks_equal_one_process(tmp_path, chunked_from):
     out = tmp_path / "rank0.pt"
     torch.manual_seed(0)
-    lit = RankData(tiny_config(context_length=T), {"warmup_steps": 0}, out=str(out))
+    lit = RankData(
+        tiny_config(context_length=T), {"warmup_steps": 0}, out=str(out), chunked_from=chunked_from
+    )
     ddp = trainer(
         max_steps=1,
         accumulate_grad_batches=2,
