@@ -10,8 +10,9 @@
    in row chunks (no [B, T, V] logits in the training step).
 4. `transformer.py`: `Transformer`, a plain nn.Module (RMSNorm, RoPE from position_ids,
    SwiGLU, tied head): a packed row gives the same logits as each document alone.
-5. `loss.py`: sum of CE over supervised targets / N of the whole optimizer step, the
-   `StepTotals` of a step, the gradient rescale that makes it exact.
+5. `loss.py`: sum of CE over supervised targets / N of the whole optimizer step (through
+   the chunked head for large CPU logits), the `StepTotals` of a step, the gradient rescale
+   that makes it exact.
 6. `schedule.py`: the lr multiplier (warmup, then a cosine) and its clocks: steps, supervised
    tokens (data.curriculum), the share of trainer.max_time (optim.anneal_by_time).
 7. `lit_module.py`: `LitCausalLM` = forward, loss, AdamW on that schedule.

@@ -31,15 +31,14 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_warn
 from torch import Tensor
 
-from packlm.model import fused
 from packlm.model.config import PARAM_GROUPS, ModelConfig, OptimConfig, as_dict
 from packlm.model.loss import (
     COUNTS,
     IGNORE_INDEX,
     StepTotals,
-    cross_entropy_per_target,
     document_weights,
     grad_norm,
+    head_cross_entropy,
     micro_batch_totals,
     scale_to_step_mean,
 )
@@ -96,33 +95,17 @@ class LitCausalLM(L.LightningModule):
     def forward(self, input_ids, segment_ids=None, position_ids=None) -> Tensor:
         return self._run_model(input_ids, segment_ids, position_ids)  # [B, T, V]
 
-    def _logits(self, batch: Mapping[str, Tensor]) -> Tensor:
-        segment_ids = None if batch.get("stream") else batch.get("segment_ids")
-        return self(batch["input_ids"], segment_ids, batch.get("position_ids"))  # [B, T, V]
-
     def _cross_entropy(
         self, batch: Mapping[str, Tensor], weights: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
-        """(sum over the supervised targets of weight * CE, differentiable; float32 [B, T] CE,
-        0 where there is no target). weights [B, T], None: 1 per target. Eager on CPU with
-        large logits the head and the CE run in row chunks (fused.linear_cross_entropy: no
-        [B, T, V] logits held); otherwise (compiled, an accelerator, small logits) logits
-        and F.cross_entropy."""
-        labels = batch["labels"]
-        chunked = labels.numel() * self.model_config.vocab_size >= fused.CE_CHUNKED_FROM
-        if self.model_config.compile or labels.device.type != "cpu" or not chunked:
-            ce = cross_entropy_per_target(self._logits(batch), labels)  # [B, T]
-            return (ce.sum() if weights is None else (ce * weights).sum()), ce
+        """(sum over the supervised targets of weight * CE, float32 [B, T] CE): the chunked
+        head or logits + F.cross_entropy (`head_cross_entropy`); compiled runs take logits."""
         segment_ids = None if batch.get("stream") else batch.get("segment_ids")
-        hidden = self.model.hidden(batch["input_ids"], segment_ids, batch.get("position_ids"))
-        objective, ce = fused.linear_cross_entropy(
-            hidden.flatten(0, 1),  # [B T, C]
-            self.model.lm_head.weight,
-            labels.flatten(),
-            None if weights is None else weights.flatten(),
-            IGNORE_INDEX,
+        inputs = (batch["input_ids"], segment_ids, batch.get("position_ids"))
+        compiled = self.model_config.compile
+        return head_cross_entropy(
+            self.model, self, inputs, batch["labels"], weights, chunkable=not compiled
         )
-        return objective, ce.view(labels.shape)
 
     def _sum_ce(self, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Sum of CE over the supervised targets of a batch (0 if none), and [B, T] target mask."""

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from packlm.data.epoch.collate import IGNORE_INDEX
+from packlm.model import fused
 
 COUNTS = ("input", "nonpad", "supervised", "documents")
 """The token counts of DESIGN.md "The batch", in the order they are logged."""
@@ -100,6 +101,37 @@ def cross_entropy_per_target(logits: Tensor, labels: Tensor) -> Tensor:
         logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
     )
     return ce.view(labels.shape)
+
+
+def head_cross_entropy(
+    model,
+    logits_of,
+    inputs: tuple,
+    labels: Tensor,
+    weights: Tensor | None = None,
+    chunkable: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """(sum over the supervised targets of weight * CE, differentiable; float32 [B, T] CE,
+    0 where there is no target). weights [B, T], None: 1 per target.
+
+    `model` is the Transformer, `inputs` its (input_ids, segment_ids, position_ids). On CPU
+    with at least fused.CE_CHUNKED_FROM logits the head and the CE run in row chunks
+    (fused.linear_cross_entropy: no [B, T, V] logits held); otherwise (an accelerator, small
+    logits, chunkable False) `logits_of(*inputs)` gives the logits for F.cross_entropy.
+    """
+    V = model.lm_head.weight.shape[0]
+    chunked = labels.numel() * V >= fused.CE_CHUNKED_FROM and labels.device.type == "cpu"
+    if not (chunkable and chunked):
+        ce = cross_entropy_per_target(logits_of(*inputs), labels)  # [B, T]
+        return (ce.sum() if weights is None else (ce * weights).sum()), ce
+    objective, ce = fused.linear_cross_entropy(
+        model.hidden(*inputs).flatten(0, 1),  # [B T, C]
+        model.lm_head.weight,
+        labels.flatten(),
+        None if weights is None else weights.flatten(),
+        IGNORE_INDEX,
+    )
+    return objective, ce.view(labels.shape)
 
 
 def document_weights(
