@@ -18,6 +18,7 @@ from pathlib import Path
 
 import hydra
 import lightning as L
+import torch
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
@@ -62,7 +63,7 @@ from packlm.run.resume import (
     run_dir_of,
     run_settings,
 )
-from packlm.run.trainer_config import auto_precision
+from packlm.run.trainer_config import auto_precision, cpu_bf16_matmul_gain
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,11 @@ def train(
     trainer_kwargs = config.trainer.trainer_kwargs()
     if config.trainer.precision == "auto":
         chosen = auto_precision(config.trainer.accelerator)
-        log.info("trainer.precision=auto: %s on this machine (set it to choose)", chosen)
+        if config.trainer.accelerator in ("auto", "cpu") and not torch.cuda.is_available():
+            gain = f" (a bf16 matmul runs {cpu_bf16_matmul_gain():.1f}x float32's)"
+        else:
+            gain = ""
+        log.info("trainer.precision=auto: %s on this machine%s; set it to choose", chosen, gain)
     if config.train.max_supervised_tokens:
         trainer_kwargs["max_steps"] = -1  # the token budget decides
     if not validates:

@@ -4,6 +4,8 @@ trainer.precision=auto."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,6 +13,7 @@ import torch.nn.functional as F
 from packlm.model import fused, masks
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.loss import grad_norm
+from packlm.run import trainer_config
 from packlm.run.trainer_config import TrainerConfig
 
 
@@ -93,19 +96,28 @@ def test_attention_runs_in_float32_on_cpu_under_16_bit_precision():
         assert masks.attention_dtype(x) == torch.float32
 
 
-@pytest.mark.parametrize(
-    ("amx", "avx512_bf16", "expected"),
-    [(True, True, "bf16-mixed"), (False, True, "32-true"), (False, False, "32-true")],
-)
-def test_precision_auto_follows_the_cpu(monkeypatch, amx, avx512_bf16, expected):
-    """bf16-mixed needs AMX: with AVX512-BF16 alone a bf16 matmul is slower than float32."""
+@pytest.mark.parametrize(("gain", "expected"), [(3.9, "bf16-mixed"), (1.2, "32-true"), (0.5, "32-true"), (0.0, "32-true")])  # fmt: skip
+def test_precision_auto_follows_the_measured_bf16_gain(monkeypatch, gain, expected):
+    """bf16-mixed only where a bf16 matmul is measured BF16_MATMUL_GAIN x faster than float32:
+    CPUs with the same flags differ (AVX512-BF16 without AMX: 0.5x on one, 3.9x on another)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+    monkeypatch.setattr(trainer_config, "cpu_bf16_matmul_gain", lambda: gain)
     config = TrainerConfig().validate()
     assert config.precision == "auto"
     assert config.trainer_kwargs().get("precision", "32-true") == expected
     assert TrainerConfig(precision="64-true").trainer_kwargs()["precision"] == "64-true"
+    assert TrainerConfig(accelerator="cpu").trainer_kwargs().get("precision", "32-true") == expected
+
+
+def test_the_bf16_gain_is_measured_here_without_touching_the_global_rng():
+    state = torch.random.get_rng_state()
+    trainer_config.cpu_bf16_matmul_gain.cache_clear()
+    gain = trainer_config.cpu_bf16_matmul_gain()
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert math.isfinite(gain) and gain >= 0
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        assert gain > 0
+    assert trainer_config.cpu_bf16_matmul_gain() == gain  # measured once a process
 
 
 @pytest.mark.parametrize(("precision", "fused_adamw"), [("32-true", True), ("bf16-mixed", True)])

@@ -12,7 +12,10 @@ defaults reach the Trainer, so it prints no "was configured so ..." notes for de
 from __future__ import annotations
 
 import datetime
+import functools
 import inspect
+import math
+import time
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -63,7 +66,7 @@ class TrainerConfig(ConfigGroup):
     strategy: str = "auto"
     """auto, ddp, ddp_spawn, ... (ddp on CPU: `trainer.accelerator=cpu trainer.devices=2`)."""
     precision: str = "auto"
-    """auto (bf16-mixed where the chip multiplies bf16 natively, else 32-true), 32-true, bf16-mixed, 16-mixed, bf16-true, 64-true."""
+    """auto (bf16-mixed where bf16 matmuls are faster: measured on a CPU; else 32-true), 32-true, bf16-mixed, 16-mixed, bf16-true, 64-true."""
     max_steps: int = 950
     """Optimizer steps of the run (-1: no limit; see train.max_supervised_tokens)."""
     max_epochs: int = -1
@@ -124,21 +127,41 @@ class TrainerConfig(ConfigGroup):
         return {k: v for k, v in values.items() if k in params and v != params[k].default}
 
 
+BF16_MATMUL_GAIN = 1.5
+"""On a CPU, bf16-mixed needs its bf16 matmul at least this much faster than float32's:
+autocast adds casts, and attention and the norms stay float32 (sessions 4-8's CPU: 2.2x, the
+step 0.79x the time; session 10's AMD EPYC: 3.7-3.9x, the step 0.55-0.61x)."""
+
+
 def auto_precision(accelerator: str) -> str:
     """bf16-mixed where the chip multiplies bf16 natively and faster, else 32-true (litgpt's
-    rule, for CPUs too): a CUDA GPU with bf16, or a CPU with AMX tiles. AVX512-BF16 alone is
-    not enough: on such a CPU (no AMX) oneDNN's bf16 matmul at width 128 runs 0.5x the float32
-    one and the nanoGPT-shape step 0.68x (bench/model.py), where with AMX it ran 2.2x."""
+    rule, for CPUs too): a CUDA GPU with bf16, or a CPU whose bf16 matmul is measured at least
+    `BF16_MATMUL_GAIN` times faster than float32 (`cpu_bf16_matmul_gain`)."""
     if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
         return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
-    if accelerator in ("auto", "cpu") and _cpu_has_amx():
+    if accelerator in ("auto", "cpu") and cpu_bf16_matmul_gain() >= BF16_MATMUL_GAIN:
         return "bf16-mixed"
     return "32-true"
 
 
-def _cpu_has_amx() -> bool:
-    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)  # private, hence getattr
-    return bool(probe and probe())
+@functools.cache
+def cpu_bf16_matmul_gain() -> float:
+    """float32 time / bf16 time of a [1024, 256] @ [256, 1024] matmul here (best of 5 each,
+    interleaved; about 25 ms; 0 where oneDNN has no bf16). Measured because the CPU's flags do
+    not tell: AVX512-BF16 without AMX ran bf16 at 0.5x float32 on one Intel CPU (session 9)
+    and at 3.9x on an AMD EPYC one (session 10); with AMX, 2.2x."""
+    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return 0.0
+    generator = torch.Generator().manual_seed(0)  # not the global RNG: seeding comes later
+    a, b = torch.randn(1024, 256, generator=generator), torch.randn(256, 1024, generator=generator)
+    operands = [(a, b), (a.bfloat16(), b.bfloat16())]
+    best = [math.inf, math.inf]
+    for _ in range(5):
+        for i, (x, y) in enumerate(operands):
+            start = time.perf_counter()
+            x @ y
+            best[i] = min(best[i], time.perf_counter() - start)
+    return best[0] / best[1]
 
 
 def _schema() -> type:
