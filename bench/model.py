@@ -16,9 +16,9 @@ At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one
    float mask the model uses and with a bool mask; and the two CPU attention paths with
    document masks: matmul (what model.attention=auto takes up to T=64) vs SDPA's flash
    kernel, at T=64 and T=256; and LitCausalLM's loss at the default config's shape (2 x 128,
-   vocab 4096, 32 x 128 tokens) through the chunked head (fused.linear_cross_entropy, what
-   the eager CPU step takes for logits this large) vs logits + F.cross_entropy. GPU figures:
-   bench/gpu.py.
+   vocab 4096, 32 x 128 tokens; in auto's precision) through the chunked head
+   (fused.linear_cross_entropy, what the eager CPU step takes for logits this large) vs
+   logits + F.cross_entropy. GPU figures: bench/gpu.py.
 A step's time is the wall time between consecutive step ends (data fetch included). The
 contenders take turns, one run each per repeat (the headline pair, reference and Lightning
 auto, two runs: first and last, in A B ... B A order); a ratio is the median over repeats of
@@ -250,16 +250,19 @@ HEAD_CONFIG = dict(vocab_size=4096, context_length=128, n_layer=2, n_head=4, n_e
 HEAD_B, HEAD_T = 32, 128  # the default config's batch: 4096 x 4096 logits
 
 
-def head_loss(batches, warmup: int, chunked: bool) -> list[float]:
+def head_loss(batches, warmup: int, chunked: bool, bf16: bool) -> list[float]:
     """Forward + backward of LitCausalLM's loss at the default config's shape, the output head
-    and CE in row chunks (fused.linear_cross_entropy) or as logits + F.cross_entropy."""
+    and CE in row chunks (fused.linear_cross_entropy) or as logits + F.cross_entropy; under
+    bf16 autocast where trainer.precision=auto takes bf16-mixed."""
     torch.manual_seed(0)
     lit = LitCausalLM(HEAD_CONFIG)
     saved, fused.CE_CHUNKED_FROM = fused.CE_CHUNKED_FROM, 0 if chunked else 2**62
     stamps = []
     try:
         for batch in batches:
-            lit._cross_entropy(batch)[0].backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = lit._cross_entropy(batch)[0]
+            loss.backward()
             stamps.append(time.perf_counter())
     finally:
         fused.CE_CHUNKED_FROM = saved
@@ -307,8 +310,8 @@ def main() -> None:
         for i in range(warmup + max(4, args.steps // 4) + 1)
     ]
     contenders |= {
-        "head chunked": lambda: head_loss(head_batches, warmup, chunked=True),
-        "head logits": lambda: head_loss(head_batches, warmup, chunked=False),
+        "head chunked": lambda: head_loss(head_batches, warmup, chunked=True, bf16=low),
+        "head logits": lambda: head_loss(head_batches, warmup, chunked=False, bf16=low),
         "lightning auto": lambda: lightning_loop(packed, warmup, False, precision=auto),
         "lightning": lambda: lightning_loop(packed, warmup, tensorboard=False),
         "lightning+tb": lambda: lightning_loop(packed, warmup, tensorboard=True),
@@ -371,7 +374,7 @@ def main() -> None:
         ("T=256 fwd+bwd: block-diag float mask / is_causal", ratio("float256", "causal256")),
         ("T=64 fwd+bwd, doc masks: matmul attention (auto) / SDPA flash (time)", ratio("float", "sdpa")),
         ("T=256 fwd+bwd, doc masks: matmul / SDPA flash (auto) (time)", ratio("matmul256", "float256")),
-        ("default config's loss fwd+bwd (4096x4096 logits): chunked head / logits (time)", ratio("head chunked", "head logits")),
+        (f"default config's loss fwd+bwd (4096x4096 logits), {auto}: chunked head / logits (time)", ratio("head chunked", "head logits")),
     ]  # fmt: skip
     print(
         f"\nmodel {CONFIG}, batch {B}x{T}, 4 documents per row, {torch.get_num_threads()} threads"
