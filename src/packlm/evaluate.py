@@ -26,7 +26,7 @@ from packlm.data.config import DataConfig
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
 from packlm.export.checkpoint import load_checkpoint, tokenizer_config_of
-from packlm.model.loss import sum_cross_entropy
+from packlm.model.loss import IGNORE_INDEX, head_cross_entropy
 from packlm.model.transformer import Transformer
 
 FROM_CHECKPOINT = (
@@ -74,8 +74,9 @@ def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: s
     nats, supervised, n_bytes, windows = 0.0, 0, 0, 0
     for batch in dm.val_dataloader():
         batch = {k: v.to(device) for k, v in batch.items() if torch.is_tensor(v)}
-        logits = model(batch["input_ids"], batch["segment_ids"], batch["position_ids"])  # [B, T, V]
-        sum_ce, mask = sum_cross_entropy(logits, batch["labels"])  # mask [B, T]
+        inputs = (batch["input_ids"], batch["segment_ids"], batch["position_ids"])  # [B, T] each
+        sum_ce, _ = head_cross_entropy(model, model, inputs, batch["labels"])  # the loss's path
+        mask = batch["labels"] != IGNORE_INDEX  # [B, T]
         nats += float(sum_ce)
         supervised += int(mask.sum())
         n_bytes += int((byte_lengths[batch["labels"].clamp(min=0)] * mask).sum())

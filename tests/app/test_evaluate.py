@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from packlm.callbacks.checkpoint_extras import KEY
 from packlm.errors import ConfigError
 from packlm.evaluate import evaluate
+from packlm.model import fused
 from packlm.model.lit_module import LitCausalLM
 from packlm.tokenizer import Tokenizer, train_bpe_from_iterator
 
@@ -38,8 +39,12 @@ def held_out(tmp_path_factory):
     return root / "last.ckpt", root / "texts", tok, module.eval()
 
 
+@pytest.mark.parametrize("head", ["logits", "chunked"])
 @pytest.mark.parametrize("packing", ["none", "document"])
-def test_loss_is_the_direct_forwards(held_out, tmp_path, packing):
+def test_loss_is_the_direct_forwards(held_out, tmp_path, packing, head, monkeypatch):
+    """Through either path of the loss: whole logits, or the head and CE in row chunks (what
+    a CPU takes for large logits)."""
+    monkeypatch.setattr(fused, "CE_CHUNKED_FROM", 0 if head == "chunked" else 2**62)
     ckpt, texts, tok, module = held_out
     result = evaluate(ckpt, {"val_sources": [f"{texts}/*.txt"], "packing": packing}, tmp_path)
     eos = tok.special_token_ids["<|endoftext|>"]

@@ -87,12 +87,6 @@ class StepTotals:
         return cls(*totals.tolist())
 
 
-def sum_cross_entropy(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
-    """(sum of CE over the supervised targets, 0 if none; bool [B, T] target mask)."""
-    ce = cross_entropy_per_target(logits, labels)  # [B, T]
-    return ce.sum(), labels != IGNORE_INDEX
-
-
 def cross_entropy_per_target(logits: Tensor, labels: Tensor) -> Tensor:
     """float32 [B, T] CE of each position, 0 where there is no target."""
     if logits.dtype in (torch.float16, torch.bfloat16):
