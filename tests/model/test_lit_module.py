@@ -20,7 +20,7 @@ from packlm.callbacks import StepMetrics
 from packlm.data.epoch.collate import mark_stream
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.loss import token_counts
-from packlm.model.schedule import lr_factor
+from packlm.model.schedule import lr_factor, time_limit
 from packlm.model.transformer import Transformer
 
 pytestmark = [
@@ -292,8 +292,8 @@ def test_time_progress_runs_on_rank_zeros_clock_and_survives_a_checkpoint():
     and the clock's start, warmup's end, is in the checkpoint."""
     lit = make(LitCausalLM, anneal_by_time=True)
     timer = Timer(duration={"seconds": 110})  # not started: elapsed 0 on this rank
-    rank0_elapsed = iter([10.0, 60.0])
-    strategy = SimpleNamespace(broadcast=lambda obj, src: next(rank0_elapsed))
+    rank0_clock = iter([(10.0, 110.0), (60.0, 110.0)])  # (elapsed, limit) on rank 0
+    strategy = SimpleNamespace(broadcast=lambda obj, src: next(rank0_clock))
     lit._trainer = SimpleNamespace(world_size=2, strategy=strategy)
     assert lit._time_progress(timer) == 0.0  # warmup ends at rank 0's 10 s
     assert lit._time_progress(timer) == pytest.approx(0.5)  # 50 of the 100 s left
@@ -349,6 +349,52 @@ def test_two_ddp_ranks_equal_one_process(tmp_path, chunked_from):
     assert_grads_equal(got["grads"], expected)
     assert got["loss"] == [pytest.approx(expected_loss, rel=1e-12)]
     assert got["seen"]["supervised"] == 27 + 2 + 2 and got["seen"]["input"] == 4 * 32
+
+
+class SkewedClock(LitCausalLM):
+    """Rank 1's Timer runs `skew` seconds ahead of rank 0's (ranks start apart); each rank
+    saves the lr of every step and its final weights."""
+
+    def __init__(self, *args, out=None, skew=0.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.out, self.skew, self.lrs = out, skew, []
+
+    def on_train_start(self):
+        if self.global_rank == 1:
+            timer = time_limit(self.trainer)
+            elapsed = timer.time_elapsed
+            timer.time_elapsed = lambda stage="train": elapsed(stage) + self.skew
+
+    def train_dataloader(self):
+        return loader(MANY, FEW)
+
+    def on_before_optimizer_step(self, optimizer):
+        super().on_before_optimizer_step(optimizer)
+        self.lrs.append(optimizer.param_groups[0]["lr"])
+
+    def on_train_end(self):
+        weights = {k: v.clone() for k, v in self.model.state_dict().items()}
+        torch.save({"lrs": self.lrs, "weights": weights}, f"{self.out}{self.global_rank}.pt")
+
+
+@pytest.mark.slow
+def test_anneal_by_time_sets_one_lr_on_ranks_whose_clocks_differ(tmp_path):
+    """optim.anneal_by_time under DDP (2 ranks, gloo): rank 1's clock is 30 s ahead, yet both
+    set rank 0's lr at every step, to the last bit, and end with the same weights."""
+    out = str(tmp_path / "rank")
+    torch.manual_seed(0)
+    optim = {"warmup_steps": 1, "anneal_by_time": True, "max_steps": 10**6, "lr": 1e-2}
+    lit = SkewedClock(tiny_config(context_length=T), optim, out=out, skew=30.0)
+    ddp = trainer(max_steps=6, max_time={"seconds": 60}, strategy="ddp_spawn", devices=2,
+                  use_distributed_sampler=False)  # fmt: skip
+    ddp.fit(lit)
+    rank0, rank1 = (torch.load(f"{out}{r}.pt") for r in (0, 1))
+    assert len(rank0["lrs"]) == 6 and rank0["lrs"] == rank1["lrs"]
+    # seconds into the minute: near the peak (rank 1's own clock, 30 s ahead, sees only 30 s
+    # left after warmup, so its cosine would run twice as fast)
+    assert 0.9 * 1e-2 < rank0["lrs"][-1] < 1e-2
+    for name, weight in rank0["weights"].items():
+        torch.testing.assert_close(rank1["weights"][name], weight, rtol=0, atol=0)
 
 
 def test_stream_batches_are_marked_on_the_cpu():

@@ -284,9 +284,9 @@ class LitCausalLM(L.LightningModule):
         """Share of the time limit spent since warmup ended, on rank 0's clock (every rank
         must set the same lr); the first call, at warmup's end, starts it."""
         elapsed = timer.time_elapsed()
-        limit = elapsed + timer.time_remaining()  # trainer.max_time in seconds
-        if self.trainer.world_size > 1:
-            elapsed = self.trainer.strategy.broadcast(elapsed, src=0)
+        limit = elapsed + timer.time_remaining()  # trainer.max_time in seconds, as rounded here
+        if self.trainer.world_size > 1:  # both: a limit rounded on another clock differs in bits
+            elapsed, limit = self.trainer.strategy.broadcast((elapsed, limit), src=0)
         if self._warmup_end_s is None:
             self._warmup_end_s = elapsed
         after_warmup = limit - self._warmup_end_s
