@@ -5,6 +5,7 @@ trainer.precision=auto."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -109,15 +110,25 @@ def test_precision_auto_follows_the_measured_bf16_gain(monkeypatch, gain, expect
     assert TrainerConfig(accelerator="cpu").trainer_kwargs().get("precision", "32-true") == expected
 
 
-def test_the_bf16_gain_is_measured_here_without_touching_the_global_rng():
-    state = torch.random.get_rng_state()
+def test_the_bf16_gain_is_measured_once_and_handed_to_later_processes(monkeypatch):
+    """Measured without touching the global RNG, once a process; the figure is left in the
+    environment that DDP ranks inherit, and a process that finds it there does not measure."""
+    monkeypatch.delenv(trainer_config.GAIN_ENV, raising=False)
     trainer_config.cpu_bf16_matmul_gain.cache_clear()
+    state = torch.random.get_rng_state()
     gain = trainer_config.cpu_bf16_matmul_gain()
     assert torch.equal(torch.random.get_rng_state(), state)
     assert math.isfinite(gain) and gain >= 0
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
         assert gain > 0
-    assert trainer_config.cpu_bf16_matmul_gain() == gain  # measured once a process
+    assert trainer_config.cpu_bf16_matmul_gain() == gain  # cached
+    assert float(os.environ[trainer_config.GAIN_ENV]) == gain
+
+    monkeypatch.setenv(trainer_config.GAIN_ENV, "0.25")  # a rank started by this process
+    trainer_config.cpu_bf16_matmul_gain.cache_clear()
+    monkeypatch.setattr(torch, "randn", None)  # measuring now would fail
+    assert trainer_config.cpu_bf16_matmul_gain() == 0.25
+    trainer_config.cpu_bf16_matmul_gain.cache_clear()
 
 
 @pytest.mark.parametrize(("precision", "fused_adamw"), [("32-true", True), ("bf16-mixed", True)])

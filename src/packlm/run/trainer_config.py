@@ -15,6 +15,7 @@ import datetime
 import functools
 import inspect
 import math
+import os
 import time
 import types
 import typing
@@ -144,24 +145,35 @@ def auto_precision(accelerator: str) -> str:
     return "32-true"
 
 
+GAIN_ENV = "PACKLM_CPU_BF16_GAIN"
+"""Where the measured gain is kept for the processes a run starts (DDP ranks): one choice."""
+
+
 @functools.cache
 def cpu_bf16_matmul_gain() -> float:
     """float32 time / bf16 time of a [1024, 256] @ [256, 1024] matmul here (best of 5 each,
     interleaved; about 25 ms; 0 where oneDNN has no bf16). Measured because the CPU's flags do
     not tell: AVX512-BF16 without AMX ran bf16 at 0.5x float32 on one Intel CPU (session 9)
-    and at 3.9x on an AMD EPYC one (session 10); with AMX, 2.2x."""
-    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
-        return 0.0
-    generator = torch.Generator().manual_seed(0)  # not the global RNG: seeding comes later
-    a, b = torch.randn(1024, 256, generator=generator), torch.randn(256, 1024, generator=generator)
-    operands = [(a, b), (a.bfloat16(), b.bfloat16())]
-    best = [math.inf, math.inf]
-    for _ in range(5):
-        for i, (x, y) in enumerate(operands):
-            start = time.perf_counter()
-            x @ y
-            best[i] = min(best[i], time.perf_counter() - start)
-    return best[0] / best[1]
+    and at 3.9x on an AMD EPYC one (session 10); with AMX, 2.2x. The first process measures
+    and leaves the figure in $PACKLM_CPU_BF16_GAIN, so the ranks Lightning starts later read
+    it instead of measuring each on its own (they would race for the same cores)."""
+    if GAIN_ENV in os.environ:
+        return float(os.environ[GAIN_ENV])
+    gain = 0.0
+    if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        generator = torch.Generator().manual_seed(0)  # not the global RNG: seeding comes later
+        a = torch.randn(1024, 256, generator=generator)
+        b = torch.randn(256, 1024, generator=generator)
+        operands = [(a, b), (a.bfloat16(), b.bfloat16())]
+        best = [math.inf, math.inf]
+        for _ in range(5):
+            for i, (x, y) in enumerate(operands):
+                start = time.perf_counter()
+                x @ y
+                best[i] = min(best[i], time.perf_counter() - start)
+        gain = best[0] / best[1]
+    os.environ[GAIN_ENV] = repr(gain)
+    return gain
 
 
 def _schema() -> type:
