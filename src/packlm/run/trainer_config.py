@@ -131,7 +131,7 @@ class TrainerConfig(ConfigGroup):
 BF16_MATMUL_GAIN = 1.5
 """On a CPU, bf16-mixed needs its bf16 matmul at least this much faster than float32's:
 autocast adds casts, and attention and the norms stay float32 (sessions 4-8's CPU: 2.2x, the
-step 0.79x the time; session 10's AMD EPYC: 3.7-3.9x, the step 0.55-0.61x)."""
+step 0.79x the time; session 10's AMD EPYC: 3.7-4.0x, the step 0.55-0.61x)."""
 
 
 def auto_precision(accelerator: str) -> str:
