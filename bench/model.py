@@ -48,7 +48,7 @@ from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.schedule import lr_factor
 from packlm.model.transformer import Transformer, positions_from_segments
-from packlm.run.trainer_config import auto_precision
+from packlm.run.precision import auto_precision
 
 CONFIG = dict(vocab_size=65, context_length=64, n_layer=4, n_head=4, n_embd=128,
               tie_embeddings=True)  # fmt: skip  # the reference's (nanoGPT's) tied head

@@ -53,6 +53,7 @@ from packlm.errors import ConfigError, one_line_errors
 from packlm.model.lit_module import LitCausalLM
 from packlm.run.ddp_hydra import ddp_relaunch_runs_this_job
 from packlm.run.loggers import build_callbacks, build_loggers
+from packlm.run.precision import auto_precision, cpu_bf16_matmul_gain
 from packlm.run.report import log_model_size, quiet_lightning_tips, summary, use_torch_leaf_spec
 from packlm.run.resume import (
     changed_settings,
@@ -63,7 +64,6 @@ from packlm.run.resume import (
     run_dir_of,
     run_settings,
 )
-from packlm.run.trainer_config import auto_precision, cpu_bf16_matmul_gain
 
 log = logging.getLogger(__name__)
 

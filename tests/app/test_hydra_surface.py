@@ -22,6 +22,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from helpers.runs import ROOT, tiny_overrides
 from packlm.config import CONFIG_DIR, validate_config
 from packlm.errors import ConfigError
+from packlm.run import trainer_config
 from packlm.run.trainer_config import OWNED, TrainerSchema
 from packlm.train import main, train
 
@@ -39,6 +40,16 @@ def test_every_trainer_argument_is_a_key_except_the_ones_packlm_sets():
     names = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
     keys = set(TrainerSchema.__dataclass_fields__)
     assert names - set(OWNED) <= keys and not keys & set(OWNED)
+
+
+def test_the_schema_reads_lightnings_defaults_without_importing_it(monkeypatch):
+    """trainer_defaults parses Lightning's source (no torch import for `packlm.prepare`); it
+    must agree with the signature of the installed Trainer, and fall back to it."""
+    params = inspect.signature(L.Trainer.__init__).parameters
+    expected = {k: p.default for k, p in params.items() if k != "self" and k not in OWNED}
+    assert trainer_config.trainer_defaults() == expected
+    monkeypatch.setattr(trainer_config.Path, "read_text", lambda *a, **k: "class Other: pass")
+    assert trainer_config.trainer_defaults() == expected
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from packlm.model import fused, masks
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.loss import grad_norm
-from packlm.run import trainer_config
+from packlm.run import precision
 from packlm.run.trainer_config import TrainerConfig
 
 
@@ -102,7 +102,7 @@ def test_precision_auto_follows_the_measured_bf16_gain(monkeypatch, gain, expect
     """bf16-mixed only where a bf16 matmul is measured BF16_MATMUL_GAIN x faster than float32:
     CPUs with the same flags differ (AVX512-BF16 without AMX: 0.5x on one, 3.9x on another)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(trainer_config, "cpu_bf16_matmul_gain", lambda: gain)
+    monkeypatch.setattr(precision, "cpu_bf16_matmul_gain", lambda: gain)
     config = TrainerConfig().validate()
     assert config.precision == "auto"
     assert config.trainer_kwargs().get("precision", "32-true") == expected
@@ -113,22 +113,22 @@ def test_precision_auto_follows_the_measured_bf16_gain(monkeypatch, gain, expect
 def test_the_bf16_gain_is_measured_once_and_handed_to_later_processes(monkeypatch):
     """Measured without touching the global RNG, once a process; the figure is left in the
     environment that DDP ranks inherit, and a process that finds it there does not measure."""
-    monkeypatch.delenv(trainer_config.GAIN_ENV, raising=False)
-    trainer_config.cpu_bf16_matmul_gain.cache_clear()
+    monkeypatch.delenv(precision.GAIN_ENV, raising=False)
+    precision.cpu_bf16_matmul_gain.cache_clear()
     state = torch.random.get_rng_state()
-    gain = trainer_config.cpu_bf16_matmul_gain()
+    gain = precision.cpu_bf16_matmul_gain()
     assert torch.equal(torch.random.get_rng_state(), state)
     assert math.isfinite(gain) and gain >= 0
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
         assert gain > 0
-    assert trainer_config.cpu_bf16_matmul_gain() == gain  # cached
-    assert float(os.environ[trainer_config.GAIN_ENV]) == gain
+    assert precision.cpu_bf16_matmul_gain() == gain  # cached
+    assert float(os.environ[precision.GAIN_ENV]) == gain
 
-    monkeypatch.setenv(trainer_config.GAIN_ENV, "0.25")  # a rank started by this process
-    trainer_config.cpu_bf16_matmul_gain.cache_clear()
+    monkeypatch.setenv(precision.GAIN_ENV, "0.25")  # a rank started by this process
+    precision.cpu_bf16_matmul_gain.cache_clear()
     monkeypatch.setattr(torch, "randn", None)  # measuring now would fail
-    assert trainer_config.cpu_bf16_matmul_gain() == 0.25
-    trainer_config.cpu_bf16_matmul_gain.cache_clear()
+    assert precision.cpu_bf16_matmul_gain() == 0.25
+    precision.cpu_bf16_matmul_gain.cache_clear()
 
 
 @pytest.mark.parametrize(("precision", "fused_adamw"), [("32-true", True), ("bf16-mixed", True)])

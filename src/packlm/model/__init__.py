@@ -18,16 +18,20 @@
 7. `lit_module.py`: `LitCausalLM` = forward, loss, AdamW on that schedule.
 8. `sampling.py`: text generation from a model (temperature, top-k).
 
-`LitCausalLM` is imported lazily so `import packlm.model` stays free of Lightning.
+`Transformer` and `LitCausalLM` are imported on first use, so the configs (what composing a
+config needs, e.g. `python -m packlm.prepare`) import neither torch nor Lightning.
 """
 
 from packlm.model.config import ModelConfig, OptimConfig
-from packlm.model.transformer import Transformer
 
 __all__ = ["LitCausalLM", "ModelConfig", "OptimConfig", "Transformer"]
 
 
 def __getattr__(name: str):
+    if name == "Transformer":
+        from packlm.model.transformer import Transformer
+
+        return Transformer
     if name == "LitCausalLM":
         from packlm.model.lit_module import LitCausalLM
 

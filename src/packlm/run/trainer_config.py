@@ -1,6 +1,7 @@
 """The `trainer` config group: every `lightning.Trainer` argument, checked before any work.
 
-The keys come from the Trainer's own signature, so a new Lightning release needs no edit:
+The keys come from the Trainer's own signature (read from Lightning's source, so composing a
+config imports neither Lightning nor torch), so a new Lightning release needs no edit:
 `TrainerConfig` documents the ones whose value packlm chooses (or that users reach for
 first); `TrainerSchema` adds every other argument with Lightning's own default, so
 `trainer.max_time=00:00:01:00` or `trainer.profiler=simple` work without a `+`. Values are
@@ -11,21 +12,16 @@ defaults reach the Trainer, so it prints no "was configured so ..." notes for de
 
 from __future__ import annotations
 
+import ast
 import datetime
-import functools
+import importlib.util
 import inspect
-import math
-import os
-import time
 import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Union
-
-import lightning as L
-import torch
 
 from packlm.config_group import ConfigGroup
 from packlm.errors import ConfigError
@@ -43,9 +39,37 @@ OWNED = {
 
 
 def trainer_parameters() -> dict[str, inspect.Parameter]:
-    """The arguments of `lightning.Trainer` a config may set."""
+    """The arguments of `lightning.Trainer` a config may set, with their annotations."""
+    import lightning as L  # here, not above: `packlm.config` must not import torch (see below)
+
     params = inspect.signature(L.Trainer.__init__).parameters
     return {k: p for k, p in params.items() if k != "self" and k not in OWNED}
+
+
+def trainer_defaults() -> dict[str, Any]:
+    """{argument: default} of `lightning.Trainer` a config may set, read from Lightning's
+    source with `ast` where every default is a literal: composing a config needs only these,
+    and importing Lightning (and torch) cost `python -m packlm.prepare` 6-9 s and 400 MB
+    before it read a byte. Falls back to the signature when the source reads otherwise."""
+    spec = importlib.util.find_spec("lightning")  # finds the package without importing it
+    source = Path(spec.submodule_search_locations[0], "pytorch", "trainer", "trainer.py")
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        trainer = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer")
+        init = next(n for n in trainer.body if getattr(n, "name", None) == "__init__")
+        args = init.args
+        positional = zip(args.args[::-1], args.defaults[::-1], strict=False)  # defaults: the last
+        pairs = [*positional, *zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+        defaults = {a.arg: ast.literal_eval(d) for a, d in pairs if d is not None}
+    except (OSError, SyntaxError, StopIteration, ValueError):
+        defaults = {}
+    if not defaults:
+        return {
+            k: p.default
+            for k, p in trainer_parameters().items()
+            if p.default is not inspect.Parameter.empty
+        }
+    return {k: v for k, v in defaults.items() if k not in OWNED}
 
 
 @dataclass
@@ -121,6 +145,8 @@ class TrainerConfig(ConfigGroup):
 
     def trainer_kwargs(self) -> dict[str, Any]:
         """The values that differ from Lightning's defaults (the Trainer's keyword arguments)."""
+        from packlm.run.precision import auto_precision  # torch: only where a run starts
+
         params = trainer_parameters()
         values = asdict(self)
         if values["precision"] == "auto":
@@ -128,61 +154,13 @@ class TrainerConfig(ConfigGroup):
         return {k: v for k, v in values.items() if k in params and v != params[k].default}
 
 
-BF16_MATMUL_GAIN = 1.5
-"""On a CPU, bf16-mixed needs its bf16 matmul at least this much faster than float32's:
-autocast adds casts, and attention and the norms stay float32 (sessions 4-8's CPU: 2.2x, the
-step 0.79x the time; session 10's AMD EPYC: 3.7-4.0x, the step 0.55-0.61x)."""
-
-
-def auto_precision(accelerator: str) -> str:
-    """bf16-mixed where the chip multiplies bf16 natively and faster, else 32-true (litgpt's
-    rule, for CPUs too): a CUDA GPU with bf16, or a CPU whose bf16 matmul is measured at least
-    `BF16_MATMUL_GAIN` times faster than float32 (`cpu_bf16_matmul_gain`)."""
-    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
-        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
-    if accelerator in ("auto", "cpu") and cpu_bf16_matmul_gain() >= BF16_MATMUL_GAIN:
-        return "bf16-mixed"
-    return "32-true"
-
-
-GAIN_ENV = "PACKLM_CPU_BF16_GAIN"
-"""Where the measured gain is kept for the processes a run starts (DDP ranks): one choice."""
-
-
-@functools.cache
-def cpu_bf16_matmul_gain() -> float:
-    """float32 time / bf16 time of a [1024, 256] @ [256, 1024] matmul here (best of 5 each,
-    interleaved; about 25 ms; 0 where oneDNN has no bf16). Measured because the CPU's flags do
-    not tell: AVX512-BF16 without AMX ran bf16 at 0.5x float32 on one Intel CPU (session 9)
-    and at 3.9x on an AMD EPYC one (session 10); with AMX, 2.2x. The first process measures
-    and leaves the figure in $PACKLM_CPU_BF16_GAIN, so the ranks Lightning starts later read
-    it instead of measuring each on its own (they would race for the same cores)."""
-    if GAIN_ENV in os.environ:
-        return float(os.environ[GAIN_ENV])
-    gain = 0.0
-    if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        generator = torch.Generator().manual_seed(0)  # not the global RNG: seeding comes later
-        a = torch.randn(1024, 256, generator=generator)
-        b = torch.randn(256, 1024, generator=generator)
-        operands = [(a, b), (a.bfloat16(), b.bfloat16())]
-        best = [math.inf, math.inf]
-        for _ in range(5):
-            for i, (x, y) in enumerate(operands):
-                start = time.perf_counter()
-                x @ y
-                best[i] = min(best[i], time.perf_counter() - start)
-        gain = best[0] / best[1]
-    os.environ[GAIN_ENV] = repr(gain)
-    return gain
-
-
 def _schema() -> type:
     """TrainerConfig plus every other Trainer argument, typed Any, with Lightning's default."""
     documented = {f for f in TrainerConfig.__dataclass_fields__}
     extra = [
-        (name, Any, field(default=p.default))
-        for name, p in trainer_parameters().items()
-        if name not in documented and p.default is not inspect.Parameter.empty
+        (name, Any, field(default=default))
+        for name, default in trainer_defaults().items()
+        if name not in documented
     ]
     return make_dataclass("TrainerSchema", extra, bases=(TrainerConfig,))
 
