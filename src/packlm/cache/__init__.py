@@ -4,10 +4,16 @@
    from) -> its `digest`, the entry's directory name; `describe_change` says why an entry
    is rebuilt ("tokenizer.vocab_size: 4096 -> 512").
 2. `entry.py`: one entry is a directory that appears whole or not at all: built in a hidden
-   temporary sibling under an exclusive lock, then renamed into place.
+   temporary sibling under an exclusive lock, then renamed into place; `mark_used` dates a hit.
+3. `inventory.py`: the entries of a cache directory (what, how big, last used, built from),
+   and removing them under their lock; `python -m packlm.cache` (`__main__.py`) lists,
+   removes and prunes them.
 """
 
-from packlm.cache.entry import locked, replace_dir, temporary_sibling
+from packlm.cache.entry import locked, mark_used, replace_dir, temporary_sibling
 from packlm.cache.fingerprint import describe_change, digest, latest
 
-__all__ = ["describe_change", "digest", "latest", "locked", "replace_dir", "temporary_sibling"]
+__all__ = [
+    "describe_change", "digest", "latest", "locked", "mark_used", "replace_dir",
+    "temporary_sibling",
+]  # fmt: skip

@@ -166,6 +166,13 @@ def locked(dest: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def mark_used(entry: Path) -> None:
+    """Set the entry's modification time to now on a cache hit: `python -m packlm.cache`
+    lists and prunes by it. A read-only shared cache stays as it is."""
+    with contextlib.suppress(OSError):
+        os.utime(entry)
+
+
 def temporary_sibling(dest: Path) -> Path:
     """A fresh hidden directory name next to `dest`, on the same filesystem (rename is atomic)."""
     return dest.parent / f".{dest.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"

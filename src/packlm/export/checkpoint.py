@@ -54,12 +54,14 @@ def tokenizer_config_of(tokenizer, cache_dir: str | Path) -> TokenizerConfig:
     """A `tokenizer` config that loads exactly `tokenizer` (saved once under
     `<cache_dir>/tokenizers/checkpoint-<digest>`), so stores are encoded with the ids the
     checkpoint's model was trained on."""
-    from packlm.cache.entry import replace_dir, temporary_sibling
+    from packlm.cache.entry import mark_used, replace_dir, temporary_sibling
+    from packlm.tokenizer.cache import TOKENIZERS_DIR
 
-    dest = (
-        Path(cache_dir).expanduser().resolve() / "tokenizers" / f"checkpoint-{tokenizer.digest()}"
-    )
-    if not (dest / "tokenizer_config.json").is_file():
+    root = Path(cache_dir).expanduser().resolve() / TOKENIZERS_DIR
+    dest = root / f"checkpoint-{tokenizer.digest()}"
+    if (dest / "tokenizer_config.json").is_file():
+        mark_used(dest)
+    else:
         tmp = temporary_sibling(dest)
         try:
             tokenizer.save(tmp)

@@ -25,13 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from packlm.cache.entry import locked, replace_dir, temporary_sibling
+from packlm.cache.entry import locked, mark_used, replace_dir, temporary_sibling
 from packlm.cache.fingerprint import describe_change, digest, latest
 from packlm.errors import ConfigError
 from packlm.tokenizer.config import TokenizerConfig
 
 log = logging.getLogger(__name__)
 
+TOKENIZERS_DIR = "tokenizers"  # <cache_dir>/tokenizers/<digest>: one trained tokenizer each
+TABLES_DIR = "tables"  # <cache_dir>/tokenizers/tables/<sha256>.npz: what loading files derived
 CACHE_FILE = "packlm_cache.json"
 """Written next to the tokenizer's own files: the fingerprint it was trained for."""
 TABLES_FORMAT = "packlm-tables-1"
@@ -59,7 +61,7 @@ def get_tokenizer(
 
     `train_texts()` streams the training split's texts; it is called only when training.
     """
-    root = Path(cache_dir) / "tokenizers"
+    root = Path(cache_dir) / TOKENIZERS_DIR
     if cfg.path is not None:
         specials, pattern = cfg.special_tokens, cfg.pattern
         return load_path(cfg.path, "tokenizer.path", specials, pattern, root), Path(cfg.path)
@@ -160,9 +162,11 @@ def _load_cached(dest: Path, fingerprint: dict[str, Any], root: Path) -> tuple[A
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("fingerprint") != fingerprint:
             return None, f"{meta_path} was written for another fingerprint"
-        return Tokenizer.load(dest, cache_dir=root), None
+        tokenizer = Tokenizer.load(dest, cache_dir=root)
     except Exception as e:  # any unreadable cache entry is rebuilt, never trusted
         return None, f"the cached tokenizer in {dest} cannot be loaded ({type(e).__name__}: {e})"
+    mark_used(dest)
+    return tokenizer, None
 
 
 def _train(cfg: TokenizerConfig, texts: Iterable[str], progress: bool) -> Any:
@@ -180,9 +184,10 @@ def with_tables(cls, cache_dir, files: list, options: dict, build: Callable, eng
     key = None if cache_dir is None else _tables_key(files, options)
     if key is None:  # no cache, or a file cannot be read: build() names it
         return build()
-    path = Path(cache_dir) / "tables" / f"{key}.npz"
+    path = Path(cache_dir) / TABLES_DIR / f"{key}.npz"
     tables = _read_tables(path)
     if tables is not None:
+        mark_used(path)
         return cls._from_tables(tables, engine)
     tokenizer = build()
     if _tables_key(files, options) == key:  # no file changed while build() read it

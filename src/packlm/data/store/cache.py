@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packlm.cache.entry import locked
+from packlm.cache.entry import locked, mark_used
 from packlm.cache.fingerprint import describe_change, digest, latest
 from packlm.data.config import DataConfig
 from packlm.data.store.build import StoreHeader, build_stores
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_DIR = ".cache/packlm"
 """Where tokenizers and stores are cached unless `cache_dir` says otherwise."""
+STORES_DIR = "stores"  # <cache_dir>/stores/<digest>/{train,val}: one entry per fingerprint
 PAD_TOKEN = "<|pad|>"
 PARALLEL_MIN_BYTES = 1 << 20
 """Below this much source text, worker processes cost more than they save."""
@@ -93,7 +94,7 @@ def prepare_stores(
         "pad_id": pad_id,
     }
     header = StoreHeader(fingerprint, eos_id, pad_id)
-    root = cache_dir / "stores"
+    root = cache_dir / STORES_DIR
     dest = root / digest(fingerprint)
     stores, problem = _open_cached(dest, fingerprint)
     if stores is None:
@@ -141,6 +142,7 @@ def _open_cached(
         return None, f"the cached store is damaged, rebuilding ({problem})"
     if any(s.manifest.get("fingerprint") != fingerprint for s in stores):
         return None, f"the cached store in {dest} was written for another fingerprint, rebuilding"
+    mark_used(dest)
     return stores, None
 
 
