@@ -36,8 +36,8 @@ class Entry:
 
     @property
     def name(self) -> str:
-        """What `remove` takes: the digest (a directory's name, a tables file's stem)."""
-        return self.path.stem if self.path.is_file() else self.path.name
+        """What `remove` takes: the digest (a directory's name, a tables file's without .npz)."""
+        return self.path.name.removesuffix(".npz")
 
     def unused_days(self, now: float | None = None) -> float:
         return ((time.time() if now is None else now) - self.last_used) / 86400
