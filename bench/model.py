@@ -49,6 +49,7 @@ from packlm.model.lit_module import LitCausalLM
 from packlm.model.schedule import lr_factor
 from packlm.model.transformer import Transformer, positions_from_segments
 from packlm.run.precision import auto_precision
+from packlm.run.report import use_torch_leaf_spec
 
 CONFIG = dict(vocab_size=65, context_length=64, n_layer=4, n_head=4, n_embd=128,
               tie_embeddings=True)  # fmt: skip  # the reference's (nanoGPT's) tied head
@@ -283,6 +284,7 @@ def main() -> None:
     if args.quick:
         args.steps, args.repeats = 10, 3
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)  # its device/summary lines
+    use_torch_leaf_spec()  # as train.py: Lightning's LeafSpec() would warn on every fit
     # LitCausalLM has a validation_step; the timed loops have no validation data on purpose
     warnings.filterwarnings(
         "ignore", "You defined a `validation_step` but have no `val_dataloader`"
