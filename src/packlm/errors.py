@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -24,5 +25,9 @@ def one_line_errors(*errors: type[BaseException]) -> Iterator[None]:
     except errors as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print(f"error: {e}", file=sys.stderr)
+        traceback.clear_frames(e.__traceback__)  # progress bars close first, above the line
+        message = str(e)
+        if isinstance(e, MissingMandatoryValue) and getattr(e, "full_key", None):
+            message = f"{e.full_key}: missing; give it on the command line ({e.full_key}=...)"
+        print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2 if isinstance(e, ConfigError | MissingMandatoryValue) else 1) from None

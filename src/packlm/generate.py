@@ -10,9 +10,11 @@ from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
+from omegaconf.errors import MissingMandatoryValue
 
 from packlm.callbacks.checkpoint_extras import tokenizer_from_checkpoint
 from packlm.config import CONFIG_DIR
+from packlm.errors import one_line_errors
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.sampling import sample_text
 from packlm.run.resume import read_checkpoint
@@ -55,10 +57,13 @@ def generate(
 
 @hydra.main(config_path=CONFIG_DIR, config_name="generate", version_base=None)
 def main(cfg: DictConfig) -> None:
-    texts = generate(
-        cfg.ckpt_path, cfg.prompt, cfg.max_new_tokens, cfg.temperature, cfg.top_k,
-        cfg.num_samples, cfg.seed, cfg.device,
-    )  # fmt: skip
+    """Bad input (config, checkpoint, files) prints one line and exits 2 (config) or 1;
+    HYDRA_FULL_ERROR=1 shows the traceback."""
+    with one_line_errors(ValueError, OSError, ImportError, MissingMandatoryValue):
+        texts = generate(
+            cfg.ckpt_path, cfg.prompt, cfg.max_new_tokens, cfg.temperature, cfg.top_k,
+            cfg.num_samples, cfg.seed, cfg.device,
+        )  # fmt: skip
     print("\n\n---\n\n".join(texts))
 
 

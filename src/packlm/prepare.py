@@ -22,29 +22,37 @@ from tqdm.auto import tqdm
 from packlm.config import CONFIG_DIR
 from packlm.data.config import DataConfig
 from packlm.data.store.cache import PreparedData, prepare_stores
+from packlm.data.store.sources.document import SourceError
 from packlm.data.store.token_store import TOKENS_FILE, StoreError
 from packlm.data.store.verify import decoded_bytes
+from packlm.errors import ConfigError, one_line_errors
 from packlm.tokenizer.config import TokenizerConfig
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="tools", version_base=None)
 def main(cfg: DictConfig) -> None:
+    """Bad input (config, sources, files) prints one line and exits 2 (config) or 1;
+    HYDRA_FULL_ERROR=1 shows the traceback."""
     logs_to_stderr()
-    data, tokenizer = DataConfig.from_mapping(cfg.data), TokenizerConfig.from_mapping(cfg.tokenizer)
-    prepared = prepare_stores(data, tokenizer, cfg.cache_dir, progress=True)
-    rows = summary(prepared, progress=True)
-    sys.stderr.write(format_summary(rows))
-    report = {
-        "tokenizer": str(prepared.tokenizer_dir),
-        "train": {"path": str(prepared.train_dir), **prepared.train_manifest},
-        "val": {"path": str(prepared.val_dir), **prepared.val_manifest},
-        "summary": rows,
-    }
-    json.dump(report, sys.stdout, indent=2, sort_keys=True)
-    sys.stdout.write("\n")
-    bad = [s for s, row in rows.items() if row["bytes_read"] != row["bytes_stored"]]
-    if bad:
-        raise StoreError(f"{bad}: the bytes stored differ from the bytes read (see the summary)")
+    with one_line_errors(ConfigError, SourceError, StoreError, OSError):
+        data = DataConfig.from_mapping(cfg.data)
+        tokenizer = TokenizerConfig.from_mapping(cfg.tokenizer)
+        prepared = prepare_stores(data, tokenizer, cfg.cache_dir, progress=True)
+        rows = summary(prepared, progress=True)
+        sys.stderr.write(format_summary(rows))
+        report = {
+            "tokenizer": str(prepared.tokenizer_dir),
+            "train": {"path": str(prepared.train_dir), **prepared.train_manifest},
+            "val": {"path": str(prepared.val_dir), **prepared.val_manifest},
+            "summary": rows,
+        }
+        json.dump(report, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        bad = [s for s, row in rows.items() if row["bytes_read"] != row["bytes_stored"]]
+        if bad:
+            raise StoreError(
+                f"{bad}: the bytes stored differ from the bytes read (see the summary)"
+            )
 
 
 def summary(prepared: PreparedData, progress: bool = False) -> dict[str, dict[str, Any]]:

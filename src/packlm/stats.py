@@ -19,6 +19,9 @@ from omegaconf import DictConfig
 from packlm.config import CONFIG_DIR, validate_config
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.epoch.statistics import to_json
+from packlm.data.store.sources.document import SourceError
+from packlm.data.store.token_store import StoreError
+from packlm.errors import ConfigError, one_line_errors
 from packlm.prepare import logs_to_stderr
 
 
@@ -41,9 +44,12 @@ def statistics(cfg: DictConfig, epochs: int = 1) -> dict:
 
 @hydra.main(config_path=CONFIG_DIR, config_name="tools", version_base=None)
 def main(cfg: DictConfig) -> None:
+    """Bad input (config, sources, files) prints one line and exits 2 (config) or 1;
+    HYDRA_FULL_ERROR=1 shows the traceback."""
     logs_to_stderr()  # keep stdout pure JSON
-    epochs = int(cfg.get("epochs", cfg.get("stats_epochs", 1)))
-    json.dump(statistics(cfg, epochs), sys.stdout, indent=2)
+    with one_line_errors(ConfigError, SourceError, StoreError, OSError):
+        epochs = int(cfg.get("epochs", cfg.get("stats_epochs", 1)))
+        json.dump(statistics(cfg, epochs), sys.stdout, indent=2)
     sys.stdout.write("\n")
 
 

@@ -74,9 +74,15 @@ class Corpus:
     def no_documents(self, counts: ReadCounts) -> SourceError:
         names = [s.name for s in self.sources]
         why = ", ".join(f"{n} {reason}" for reason, n in counts.dropped().items())
+        hint = ""
         if self.hash_split:
             why += f", the rest sent to validation by data.val_fraction={self.val_fraction}"
-        return SourceError(f"data.sources={names}: no training documents ({why})")
+            hint = (
+                "; a file is one document unless data.separator splits it, so hold out a part "
+                "of it instead: data.sources=[{path: F, span: [0, 0.9]}] "
+                "data.val_sources=[{path: F, span: [0.9, 1]}]"
+            )
+        return SourceError(f"data.sources={names}: no training documents ({why}){hint}")
 
     def fingerprint(self, training_only: bool = False) -> dict[str, Any]:
         """What the documents depend on; `training_only`: only what the training split depends on
