@@ -4,6 +4,7 @@
     python -m packlm.cache remove 3f2a9c0d11e4b7a2      # one entry by its name (a prefix will do)
     python -m packlm.cache prune --unused-days 30       # what no run used for 30 days
     python -m packlm.cache prune --unused-days 30 --dry-run
+    python -m packlm.cache prune --max-gb 20                # least recently used first, to 20 GB
 
 Sweeps over the tokenizer or the data write one entry per setting; nothing removes them but
 this. `--cache-dir` defaults to what train.py uses ($PACKLM_CACHE, else .cache/packlm).
@@ -28,10 +29,16 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("list", help="every entry (the default)")
     by_name = commands.add_parser("remove", help="remove entries by name")
     by_name.add_argument("names", nargs="+", help="entry names as listed, or unique prefixes")
-    prune = commands.add_parser("prune", help="remove the entries no run used for N days")
-    prune.add_argument("--unused-days", type=float, required=True)
+    prune = commands.add_parser(
+        "prune", help="remove the entries no run used for N days, or the least recently used "
+        "until the cache fits in a size (both: either reason)",
+    )  # fmt: skip
+    prune.add_argument("--unused-days", type=float, help="remove what no run used for N days")
+    prune.add_argument("--max-gb", type=float, help="then the oldest-used until the rest fits")
     prune.add_argument("--dry-run", action="store_true", help="list them, remove nothing")
     args = parser.parse_args(argv)
+    if args.command == "prune" and args.unused_days is None and args.max_gb is None:
+        parser.exit(2, "error: prune needs --unused-days N, --max-gb G or both\n")
 
     found = entries(args.cache_dir)
     if args.command in (None, "list"):
@@ -46,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                 parser.exit(2, f"error: {name!r}: {which} in {args.cache_dir} by that name\n")
             chosen += matches
     else:
-        chosen = [e for e in found if e.unused_days() >= args.unused_days]
+        chosen = prune_choice(found, args.unused_days, args.max_gb)
     if not chosen:
         print("nothing to remove")
         return 0
@@ -58,6 +65,22 @@ def main(argv: list[str] | None = None) -> int:
         remove(entry)
     print(f"removed {len(chosen)} entries, {_size(sum(e.bytes for e in chosen))}")
     return 0
+
+
+def prune_choice(
+    found: list[Entry], unused_days: float | None, max_gb: float | None
+) -> list[Entry]:
+    """`found` (least recently used first) -> what prune removes: the entries unused for
+    `unused_days`, then more, oldest-used first, until the rest fits in `max_gb`."""
+    chosen = [e for e in found if unused_days is not None and e.unused_days() >= unused_days]
+    if max_gb is not None:
+        left = sum(e.bytes for e in found if e not in chosen)
+        for entry in (e for e in found if e not in chosen):
+            if left <= max_gb * 2**30:
+                break
+            chosen.append(entry)
+            left -= entry.bytes
+    return chosen
 
 
 def table(found: list[Entry]) -> str:

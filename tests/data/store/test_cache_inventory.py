@@ -116,3 +116,25 @@ def test_names_are_taken_by_unique_prefix_and_a_wrong_one_is_named(two_configs, 
     assert main(["--cache-dir", str(cache)]) == 0
     listing = capsys.readouterr().out
     assert listing.count("\n") == 5 and "total" in listing  # header, 3 entries, total
+
+
+def test_prune_to_a_size_removes_the_least_recently_used_until_the_rest_fits(two_configs, capsys):
+    _, cache, a, b = two_configs
+    for i, entry in enumerate(sorted(entries(cache), key=lambda e: e.path.name)):
+        age(entry.path, 10 + i)  # distinct last uses, none recent
+    found = entries(cache)  # oldest-used first
+    total = sum(e.bytes for e in found)
+    keep = total - found[0].bytes - found[1].bytes + 1  # bytes: the two oldest must go
+    gb = str(keep / 2**30)
+    assert main(["--cache-dir", str(cache), "prune", "--max-gb", gb, "--dry-run"]) == 0
+    assert "would remove 2 entries" in capsys.readouterr().out
+    assert main(["--cache-dir", str(cache), "prune", "--max-gb", gb]) == 0
+    left = entries(cache)
+    assert {e.path for e in left} == {e.path for e in found[2:]}
+    assert sum(e.bytes for e in left) <= keep
+    # both reasons: what is unused for a day goes first, then by size (nothing more here)
+    assert main(["--cache-dir", str(cache), "prune", "--max-gb", "1", "--unused-days", "10.5"]) == 0
+    assert {e.path for e in entries(cache)} == {e.path for e in left if e.unused_days() < 10.5}
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--cache-dir", str(cache), "prune"])
+    assert exit_info.value.code == 2 and "--unused-days N, --max-gb G" in capsys.readouterr().err
