@@ -5,7 +5,8 @@ N training epochs (`+epochs=N` or `+stats_epochs=N`, default 1) and of the valid
 windows: samples, fill, supervised tokens, target multiplicity, overlap, per-source counts.
 With data.curriculum, "curriculum" lists each phase (window, stride, until) with the
 statistics of its plan of epoch 0 ("train" is then the last phase's, the run's window).
-No model is built; the tokenizer and stores come from the cache (built if missing).
+No model is built and neither torch nor Lightning is imported; the tokenizer and stores come
+from the cache (built if missing).
 """
 
 from __future__ import annotations
@@ -16,28 +17,35 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from packlm.config import CONFIG_DIR, validate_config
-from packlm.data.datamodule import PackedDataModule
+from packlm.config import CONFIG_DIR
+from packlm.data.config import DataConfig
 from packlm.data.epoch.statistics import to_json
+from packlm.data.plans import EpochPlans
 from packlm.data.store.sources.document import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
+from packlm.model.config import ModelConfig
 from packlm.prepare import logs_to_stderr
+from packlm.tokenizer.config import TokenizerConfig
 
 
 def statistics(cfg: DictConfig, epochs: int = 1) -> dict:
-    """{"train": [stats of epoch 0..epochs-1], "val": stats} for a composed config."""
-    config = validate_config(cfg)
-    dm = PackedDataModule.from_config(config, cfg.cache_dir)
-    dm.setup()
+    """{"train": [stats of epoch 0..epochs-1], "val": stats} for a composed config. Only the
+    groups a plan depends on are validated (data, tokenizer, model.context_length): the
+    trainer's schema is Lightning's, which this tool does not import."""
+    model = ModelConfig.from_mapping(cfg.model)
+    data = DataConfig.from_mapping(cfg.data).validate(model_context=model.context_length)
+    tokenizer = TokenizerConfig.from_mapping(cfg.tokenizer)
+    plans = EpochPlans(tokenizer, cfg.cache_dir, model.context_length, data=data)
+    plans.setup()
     out = {
-        "train": [to_json(dm.plan_statistics(e)) for e in range(epochs)],
-        "val": to_json(dm.plan_statistics(0, "val")),
+        "train": [to_json(plans.plan_statistics(e)) for e in range(epochs)],
+        "val": to_json(plans.plan_statistics(0, "val")),
     }
-    if config.data.curriculum:
+    if data.curriculum:
         out["curriculum"] = [
-            {**phase._asdict(), "phase": p, **to_json(dm.plan_statistics(0, phase=p))}
-            for p, phase in enumerate(dm.phases)
+            {**phase._asdict(), "phase": p, **to_json(plans.plan_statistics(0, phase=p))}
+            for p, phase in enumerate(plans.phases)
         ]
     return out
 

@@ -8,7 +8,8 @@ Epoch time, every epoch, in every rank and worker (`packlm.data.epoch`):
 1. `config.py`: the `data` config group (`DataConfig`), validated before any work.
 2. `store/`: `prepare_stores` -> tokenizer + train/val `TokenStore`s, cached.
 3. `epoch/`: `build_plan` -> `EpochPlan` -> `PlanSampler` -> `PlanDataLoader` -> batches.
-4. `datamodule.py`: `PackedDataModule`, the LightningDataModule over both halves.
+4. `plans.py`: `EpochPlans`, stores -> epoch plans and statistics (no torch, no Lightning).
+5. `datamodule.py`: `PackedDataModule`, the LightningDataModule: EpochPlans + loaders.
 
 Nothing in `store/` imports `epoch/`; neither imports the model. `PackedDataModule` is
 imported on first use, so reading a store does not import Lightning.

@@ -14,87 +14,37 @@ epoch's length before it restores the loader, and that length depends on the pha
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 
-from packlm.data.config import DataConfig, source_weight
 from packlm.data.epoch import curriculum
 from packlm.data.epoch.collate import mark_stream
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
-from packlm.data.epoch.order import directory_groups
-from packlm.data.epoch.plan import EpochPlan, build_plan
 from packlm.data.epoch.sampler import PlanSampler
-from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.epoch.windows import validation_config
 from packlm.data.plan_logging import check_epoch_length, log_plan_statistics
-from packlm.data.store.cache import DEFAULT_CACHE_DIR
-from packlm.data.store.token_store import TokenStore
+from packlm.data.plans import EpochPlans
 from packlm.errors import ConfigError
-from packlm.tokenizer.config import TokenizerConfig
 
 log = logging.getLogger(__name__)
 
 
-class PackedDataModule(L.LightningDataModule):
-    """Batches of DESIGN.md from `data.*`; build with the data keys as keyword arguments
-    (`PackedDataModule(window=128, ...)`, as Hydra's `_target_` does) or `data=DataConfig(...)`.
+class PackedDataModule(EpochPlans, L.LightningDataModule):
+    """Batches of DESIGN.md from `data.*` (the plans of `EpochPlans`, with its arguments:
+    the data keys as keyword arguments, as Hydra's `_target_` does, or `data=DataConfig(...)`)."""
 
-    `prepared` (a `packlm.data.store.cache.PreparedData`) skips building: tests and tools that
-    already have stores pass it.
-    """
-
-    def __init__(
-        self,
-        tokenizer: TokenizerConfig | Mapping | None = None,
-        cache_dir: str | Path = DEFAULT_CACHE_DIR,
-        model_context: int | None = None,
-        data: DataConfig | None = None,
-        prepared: Any = None,
-        progress: bool = True,
-        **data_keys: Any,
-    ):
-        super().__init__()
-        if data_keys:  # Hydra's instantiate, or keyword arguments
-            data = DataConfig.from_mapping({**(asdict(data) if data else {}), **data_keys})
-        self.data = DataConfig.from_mapping(data).validate(model_context)
-        self.tokenizer_config = TokenizerConfig.from_mapping(tokenizer)
-        self.cache_dir = Path(cache_dir)
-        self.progress = progress
-        self.prepared = prepared
-        if self.data.stride > self.data.window:
-            d = self.data
-            log.warning(
-                "data.stride=%d > data.window=%d: %d tokens between windows are never a target",
-                d.stride, d.window, d.stride - d.window,
-            )  # fmt: skip
-        self._stores: dict[str, TokenStore] = {}
-        self._lengths: dict[str, np.ndarray] = {}
-        self._plans: dict[tuple[str, int, int], EpochPlan] = {}
-        self.phases = curriculum.phases_of(self.data)  # one phase without data.curriculum
+    def __init__(self, *args: Any, **kwargs: Any):
+        L.LightningDataModule.__init__(self)
+        EpochPlans.__init__(self, *args, **kwargs)
         self._position = curriculum.Position()  # training's, shared by the epochs' samplers
         self._logged_epochs: set[int] = set()
-        self._stats: dict[tuple[str, int], dict[str, Any]] = {}  # the latest epoch's only
         self._train_sampler: PlanSampler | None = None
         self._restored: curriculum.Position | None = None  # a checkpoint's, until the next epoch
 
-    @classmethod
-    def from_config(cls, config: Any, cache_dir: str | Path, **kwargs: Any) -> PackedDataModule:
-        """The DataModule of a validated config (`packlm.config.Validated`: data, tokenizer,
-        model), as train.py and stats build it."""
-        context = config.model.context_length
-        return cls(config.tokenizer, cache_dir, context, data=config.data, **kwargs)
-
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled (spawned processes): open stores and plans are rebuilt, never copied."""
-        state = dict(self.__dict__)
-        state.update(_stores={}, _lengths={}, _plans={}, _train_sampler=None)
-        return state
+        return dict(super().__getstate__(), _train_sampler=None)
 
     def state_dict(self) -> dict[str, Any]:
         """The data position: restored before Lightning reads the epoch's length, which
@@ -106,130 +56,12 @@ class PackedDataModule(L.LightningDataModule):
             self._position.set(curriculum.Position(**state["position"]))
             self._restored = curriculum.Position(**state["position"])
 
-    # --- preparation -------------------------------------------------------------------
-    def prepare_data(self) -> None:
-        """Train or load the tokenizer and build the stores (cached; Lightning: once per node)."""
-        if self.prepared is None:
-            from packlm.data.store.cache import prepare_stores
-
-            self.prepared = prepare_stores(
-                self.data, self.tokenizer_config, self.cache_dir, self.progress
-            )
-
-    def setup(self, stage: str | None = None) -> None:
-        """Open the stores (every process); cheap when already done."""
-        self.prepare_data()
-        for split, path in (("train", self.prepared.train_dir), ("val", self.prepared.val_dir)):
-            if split not in self._stores:
-                store = TokenStore.open(path)
-                self._stores[split] = store
-                lengths = np.diff(np.asarray(store.doc_offsets))  # int64 [n_docs], EOS included
-                self._lengths[split] = lengths + 1 if self.data.bos else lengths  # + the BOS
-
-    def store(self, split: str = "train") -> TokenStore:
-        self.setup()
-        return self._stores[split]
-
-    @property
-    def tokenizer(self) -> Any:
-        self.prepare_data()
-        return self.prepared.tokenizer
-
-    @property
-    def vocab_size(self) -> int:
-        tok = self.tokenizer
-        return int(tok.vocab_size if tok is not None else self.store().manifest["vocab_size"])
-
-    @property
-    def pad_id(self) -> int:
-        return self.store().pad_id
-
-    @property
-    def eos_id(self) -> int:
-        return self.store().eos_id
-
-    @property
-    def token_byte_lengths(self) -> Any:
-        """UTF-8 bytes of each token id (for bits per byte)."""
-        return self.tokenizer.token_byte_lengths()
-
-    @property
-    def source_weights(self) -> list[float]:
-        return [source_weight(e) for e in self.data.sources]
-
-    # --- plans ---------------------------------------------------------------------------
-    def plan(self, epoch: int, split: str = "train", phase: int | None = None) -> EpochPlan:
-        """The epoch plan of a split (validation: the fixed windows, the same every epoch);
-        `phase`: a curriculum phase's (default: the last, whose window is data.window)."""
-        phase = len(self.phases) - 1 if phase is None or split == "val" else phase
-        key = (split, 0 if split == "val" else epoch, phase)
-        if key not in self._plans:
-            self.setup()
-            if split == "val":
-                plan = build_plan(self._lengths["val"], validation_config(self.data), 0)
-            else:
-                store = self._stores["train"]
-                cfg = curriculum.phase_config(self.data, self.phases[phase])
-                plan = build_plan(
-                    self._lengths["train"],
-                    cfg if self.data.curriculum else self.data,
-                    epoch,
-                    np.asarray(store.doc_sources),
-                    self.source_weights,
-                    self._doc_groups(store),
-                    self._paragraph_starts(store),
-                )
-            # keep one epoch per split (a curriculum's phases of that epoch)
-            self._plans = {k: v for k, v in self._plans.items() if k[0] != split or k[1] == epoch}
-            self._plans[key] = plan
-        return self._plans[key]
-
-    def _doc_groups(self, store: TokenStore) -> np.ndarray | None:
-        """The group of each training document under data.group_by (None: no grouping)."""
-        if self.data.group_by == "source":
-            return np.asarray(store.doc_sources)
-        if self.data.group_by == "directory" and "directory" not in self._lengths:
-            ids = [store.doc_id(d) for d in range(store.n_docs)]  # once, not every epoch
-            self._lengths["directory"] = directory_groups(ids)  # kept with the store arrays
-        return self._lengths.get("directory")
-
-    def _paragraph_starts(self, store: TokenStore) -> np.ndarray | None:
-        """The training store's paragraph starts under data.snap=paragraph (read once)."""
-        if self.data.snap == "paragraph" and "paragraphs" not in self._lengths:
-            self._lengths["paragraphs"] = store.paragraph_starts(self.tokenizer)
-        return self._lengths.get("paragraphs")
-
-    def plan_statistics(
-        self, epoch: int, split: str = "train", phase: int | None = None
-    ) -> dict[str, Any]:
-        """`packlm.data.epoch.statistics.plan_statistics` of one epoch (a curriculum phase's:
-        default the last), with per-source counts (cached: the token budget and the epoch's
-        logging both ask for epoch 0)."""
-        key = (split, epoch, len(self.phases) - 1 if phase is None else phase)
-        if key not in self._stats:
-            store = self.store(split)
-            plan = self.plan(epoch, split, key[2])
-            stats = plan_statistics(plan, np.asarray(store.doc_sources), store.source_names)
-            self._stats = {k: v for k, v in self._stats.items() if k[:2] == key[:2]}
-            self._stats[key] = stats
-        return self._stats[key]
-
-    def supervised_tokens_per_batch(self, phase: int | None = None) -> float:
-        """Expected supervised targets in one batch of one rank (sizes token budgets);
-        `phase`: of a curriculum phase (default: the last)."""
-        stats = self.plan_statistics(0, phase=phase)
-        return stats["supervised_tokens"] / max(stats["samples"], 1) * self.data.batch_size
-
     def expected_supervised_tokens(self, batches: float) -> float:
         """Expected supervised targets (all ranks) after `batches` global batches, through the
         curriculum's phases (the lr schedule's token horizon)."""
         world = self._rank_world()[1]
         rates = [self.supervised_tokens_per_batch(p) * world for p in range(len(self.phases))]
         return curriculum.expected_tokens(self.phases, rates, batches)
-
-    def phase_at(self, tokens: int) -> curriculum.Phase:
-        """The curriculum phase of a batch before which `tokens` targets were trained."""
-        return self.phases[curriculum.phase_at(self.phases, tokens)]
 
     # --- dataloaders ---------------------------------------------------------------------
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:

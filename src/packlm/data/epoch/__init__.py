@@ -24,12 +24,26 @@
 `indexing.py` holds the index dtype and interval lookup the plan's arrays share.
 """
 
-from packlm.data.epoch.collate import IGNORE_INDEX, Samples, collate
-from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
+from importlib import import_module
+
 from packlm.data.epoch.plan import EpochPlan, build_plan
-from packlm.data.epoch.sampler import BatchPieces, PlanSampler
 from packlm.data.epoch.statistics import plan_statistics, to_json
 from packlm.data.epoch.windows import SequenceWindows, sequence_windows, validation_config
+
+# Steps 4-6 build torch tensors and DataLoaders; they are imported on first use, so planning
+# alone (python -m packlm.stats) never imports torch.
+_TORCH_STEPS = {
+    "IGNORE_INDEX": "collate", "Samples": "collate", "collate": "collate",
+    "PlanDataLoader": "loader", "WindowDataset": "loader", "plan_signature": "loader",
+    "BatchPieces": "sampler", "PlanSampler": "sampler",
+}  # fmt: skip
+
+
+def __getattr__(name: str):
+    if name in _TORCH_STEPS:
+        return getattr(import_module(f"packlm.data.epoch.{_TORCH_STEPS[name]}"), name)
+    raise AttributeError(f"module 'packlm.data.epoch' has no attribute {name!r}")
+
 
 __all__ = [
     "IGNORE_INDEX",
