@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from hydra import compose, initialize_config_dir
 
+from helpers.processes import run_tool_recording_imports
 from packlm.config import CONFIG_DIR, validate_config
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.epoch.statistics import to_json
@@ -49,17 +48,9 @@ def test_the_command_imports_neither_torch_nor_lightning_and_agrees_with_the_dat
     overrides = [f"data.sources=[{docs}/*.txt]", "data.val_fraction=0.2",
                  "tokenizer.vocab_size=300", f"cache_dir={tmp_path / 'cache'}", "data.window=16",
                  "data.stride=8", "trainer.profiler=simple"]  # fmt: skip
-    script = (
-        "import atexit, runpy, sys\n"
-        "atexit.register(lambda: print('IMPORTED', [m for m in ('torch', 'lightning') "
-        "if m in sys.modules], file=sys.stderr))\n"
-        f"sys.argv = {['stats', *overrides]!r}\n"
-        "runpy.run_module('packlm.stats', run_name='__main__')\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path)  # fmt: skip
+    out, imported = run_tool_recording_imports("packlm.stats", overrides, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "IMPORTED []" in out.stderr
+    assert imported == []
     report = json.loads(out.stdout)
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):

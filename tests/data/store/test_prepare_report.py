@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from helpers.processes import run_tool_recording_imports
 from packlm.data.config import DataConfig
 from packlm.data.store import encode
 from packlm.data.store.cache import prepare_stores
@@ -92,15 +93,7 @@ def test_prepare_imports_neither_torch_nor_lightning(tmp_path):
     argv = ["prepare", f"data.sources=[{','.join(entries)}]", "data.val_fraction=0.3",
             "tokenizer.vocab_size=300", f"cache_dir={tmp_path / 'cache'}",
             "trainer.profiler=simple", "trainer.max_time=00:00:01:00"]  # fmt: skip
-    script = (
-        "import atexit, runpy, sys\n"
-        "atexit.register(lambda: print('IMPORTED', [m for m in ('torch', 'lightning') "
-        "if m in sys.modules], file=sys.stderr))\n"
-        f"sys.argv = {argv!r}\n"
-        "runpy.run_module('packlm.prepare', run_name='__main__')\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path)  # fmt: skip
+    out, imported = run_tool_recording_imports("packlm.prepare", argv[1:], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout)["summary"]["val"]["documents"] > 0
-    assert "IMPORTED []" in out.stderr
+    assert imported == []
