@@ -26,7 +26,7 @@ from packlm.data.epoch.order import directory_groups
 from packlm.data.epoch.plan import EpochPlan, build_plan
 from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.epoch.windows import validation_config
-from packlm.data.store.cache import DEFAULT_CACHE_DIR
+from packlm.data.store.cache import DEFAULT_CACHE_DIR, prepare_stores
 from packlm.data.store.token_store import TokenStore
 from packlm.tokenizer.config import TokenizerConfig
 
@@ -87,8 +87,6 @@ class EpochPlans:
     def prepare_data(self) -> None:
         """Train or load the tokenizer and build the stores (cached; Lightning: once per node)."""
         if self.prepared is None:
-            from packlm.data.store.cache import prepare_stores
-
             self.prepared = prepare_stores(
                 self.data, self.tokenizer_config, self.cache_dir, self.progress
             )
