@@ -12,12 +12,11 @@ import hydra
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
-from packlm.callbacks.checkpoint_extras import tokenizer_from_checkpoint
 from packlm.config import CONFIG_DIR
 from packlm.errors import one_line_errors
-from packlm.model.lit_module import LitCausalLM
+from packlm.export.checkpoint import load_checkpoint
 from packlm.model.sampling import sample_text
-from packlm.run.resume import read_checkpoint
+from packlm.model.transformer import Transformer
 
 
 def generate(
@@ -30,22 +29,19 @@ def generate(
     seed: int = 0,
     device: str = "cpu",
 ) -> list[str]:
-    """Texts (prompt + continuation) sampled from the checkpoint's model."""
-    checkpoint = read_checkpoint(Path(ckpt_path))  # a clear error naming ckpt_path
-    try:
-        tokenizer = tokenizer_from_checkpoint(checkpoint)
-    except ValueError as e:
-        raise ValueError(f"ckpt_path={ckpt_path}: {e}") from None
-    module = LitCausalLM(model=checkpoint["hyper_parameters"]["model"])
-    module.load_state_dict(checkpoint["state_dict"])
-    module.to(device).eval()
+    """Texts (prompt + continuation) sampled from the checkpoint's model (the bare
+    Transformer: sampling needs neither the LightningModule nor Lightning)."""
+    checkpoint = load_checkpoint(ckpt_path)  # clear errors naming ckpt_path
+    model = Transformer(checkpoint.model)
+    model.load_state_dict(checkpoint.weights)
+    model.to(device).eval()
     return [
         sample_text(
-            lambda ids: module(ids),
-            tokenizer,
+            model,
+            checkpoint.tokenizer,
             prompt,
             max_new_tokens,
-            module.model_config.context_length,
+            checkpoint.model.context_length,
             temperature=temperature,
             top_k=top_k,
             seed=seed + k,

@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from helpers.processes import run_tool_recording_imports
 from packlm.config import CONFIG_DIR, validate_config
 from packlm.errors import ConfigError
 from packlm.train import train
@@ -104,3 +105,10 @@ def test_generate_samples_from_the_checkpoint_alone(compose_tiny, tmp_path):
         run / "checkpoints" / "last.ckpt", prompt="the", max_new_tokens=8, num_samples=2
     )
     assert len(texts) == 2 and all(t.startswith("the") for t in texts)
+    # the command: the same samples, and only the bare model (no Lightning: ~4 s less start-up)
+    args = [f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "prompt=the", "max_new_tokens=8",
+            "num_samples=2", "temperature=0.8", "top_k=50", "seed=0"]  # fmt: skip
+    out, imported = run_tool_recording_imports("packlm.generate", args, tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert imported == ["torch"]
+    assert out.stdout == "\n\n---\n\n".join(texts) + "\n"

@@ -289,7 +289,7 @@ def test_a_checkpoint_of_another_corpus_is_refused_naming_the_store(
 
 def _tokenizer_dir(checkpoint: Path) -> Path:
     """The trained tokenizer of the checkpoint's run, saved as a directory (same ids)."""
-    from packlm.callbacks.checkpoint_extras import tokenizer_from_checkpoint
+    from packlm.run.checkpoint_contents import tokenizer_from_checkpoint
 
     out = checkpoint.parent.parent / "tokenizer"
     if not out.exists():

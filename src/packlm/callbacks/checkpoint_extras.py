@@ -2,7 +2,8 @@
 
 A checkpoint then stands alone: `python -m packlm.generate ckpt_path=...` decodes with
 the exact tokenizer the model was trained with, and a resume can tell which data it saw.
-Everything stored is plain data (ints, bytes, strings), loadable with weights_only=True.
+Everything stored is plain data (ints, bytes, strings), loadable with weights_only=True;
+`packlm.run.checkpoint_contents` reads it back.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 import lightning as L
 
-KEY = "packlm"
+from packlm.run.checkpoint_contents import KEY
 
 
 class CheckpointExtras(L.Callback):
@@ -28,14 +29,3 @@ class CheckpointExtras(L.Callback):
             "data": self.data_config,
             "settings": self.settings,
         }
-
-
-def tokenizer_from_checkpoint(checkpoint: dict[str, Any]):
-    """The Tokenizer stored by CheckpointExtras; a clear error for checkpoints without one."""
-    from packlm.tokenizer import Tokenizer
-
-    extras = checkpoint.get(KEY)
-    if not extras or "tokenizer" not in extras:
-        raise ValueError("checkpoint has no packlm tokenizer (not written by packlm's train.py)")
-    state = dict(extras["tokenizer"])
-    return Tokenizer(**state)

@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
-from packlm.callbacks.checkpoint_extras import KEY as EXTRAS_KEY
-from packlm.callbacks.checkpoint_extras import tokenizer_from_checkpoint
 from packlm.errors import ConfigError
 from packlm.model.config import ModelConfig
+from packlm.run.checkpoint_contents import KEY as EXTRAS_KEY
+from packlm.run.checkpoint_contents import tokenizer_from_checkpoint
 from packlm.run.resume import read_checkpoint
 from packlm.tokenizer.config import TokenizerConfig
 

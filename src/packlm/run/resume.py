@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from packlm.callbacks.checkpoint_extras import KEY as EXTRAS_KEY
 from packlm.config import Validated
 from packlm.data.epoch.loader import PLAN_KEYS, check_plan_signature
 from packlm.errors import ConfigError
 from packlm.model.config import PARAM_GROUPS, ModelConfig, as_dict
+from packlm.run.checkpoint_contents import KEY as EXTRAS_KEY
 
 NOT_SHAPE = ("compile", "attention", "dropout")
 """Model keys that change how the model runs, not its weights: a resume may change them."""
@@ -126,7 +126,7 @@ def check_init_from(
     if "state_dict" not in checkpoint:
         raise ConfigError(f"init_from={path}: not a packlm training checkpoint (no state_dict)")
     check_model_shape(path, checkpoint, model, key="init_from")
-    from packlm.callbacks.checkpoint_extras import tokenizer_from_checkpoint
+    from packlm.run.checkpoint_contents import tokenizer_from_checkpoint
 
     if tokenizer_from_checkpoint(checkpoint).digest() != tokenizer.digest():
         raise ConfigError(
