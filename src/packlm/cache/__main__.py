@@ -72,10 +72,13 @@ def prune_choice(
 ) -> list[Entry]:
     """`found` (least recently used first) -> what prune removes: the entries unused for
     `unused_days`, then more, oldest-used first, until the rest fits in `max_gb`."""
-    chosen = [e for e in found if unused_days is not None and e.unused_days() >= unused_days]
+    chosen, kept = [], []
+    for entry in found:
+        stale = unused_days is not None and entry.unused_days() >= unused_days
+        (chosen if stale else kept).append(entry)
     if max_gb is not None:
-        left = sum(e.bytes for e in found if e not in chosen)
-        for entry in (e for e in found if e not in chosen):
+        left = sum(e.bytes for e in kept)
+        for entry in kept:  # least recently used first
             if left <= max_gb * 2**30:
                 break
             chosen.append(entry)
