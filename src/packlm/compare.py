@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         text, png = compare(args.paths, args.out)
     except NoRunsError as e:
-        sys.exit(f"packlm.compare: {e}")
+        sys.exit(f"error: {e}")  # one line, exit 1, as every command
     print(text)
     print(f"\nval/bpb against supervised tokens: {png}")
 
