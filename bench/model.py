@@ -19,6 +19,9 @@ At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one
    vocab 4096, 32 x 128 tokens; in auto's precision) through the chunked head
    (fused.linear_cross_entropy, what the eager CPU step takes for logits this large) vs
    logits + F.cross_entropy. GPU figures: bench/gpu.py.
+Every contender runs with glibc's malloc thresholds set as train.py sets them
+(`train.keep_freed_memory`, run/allocator.py: a step's freed memory stays for the next);
+`--glibc-default` leaves them as glibc sets them, for every contender.
 A step's time is the wall time between consecutive step ends (data fetch included). The
 contenders take turns, one run each per repeat (the headline pair, reference and Lightning
 auto, two runs: first and last, in A B ... B A order); a ratio is the median over repeats of
@@ -48,6 +51,7 @@ from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.schedule import lr_factor
 from packlm.model.transformer import Transformer, positions_from_segments
+from packlm.run.allocator import keep_freed_memory
 from packlm.run.precision import auto_precision
 from packlm.run.report import use_torch_leaf_spec
 
@@ -280,7 +284,13 @@ def main() -> None:
     parser.add_argument(
         "--no-compile", dest="compile", action="store_false", help="skip the model.compile rows"
     )
+    parser.add_argument(
+        "--glibc-default", dest="keep_freed", action="store_false",
+        help="leave glibc's malloc thresholds as they are (train.keep_freed_memory=false) for "
+        "every contender; by default they are set as train.py sets them, for every contender",
+    )  # fmt: skip
     args = parser.parse_args()
+    kept = keep_freed_memory() if args.keep_freed else False
     if args.quick:
         args.steps, args.repeats = 10, 3
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)  # its device/summary lines
@@ -381,7 +391,8 @@ def main() -> None:
     print(
         f"\nmodel {CONFIG}, batch {B}x{T}, 4 documents per row, {torch.get_num_threads()} threads"
     )
-    print(f"{args.repeats} repeats of {args.steps} steps; ratios: median of per-repeat ratios\n")
+    print(f"{args.repeats} repeats of {args.steps} steps; ratios: median of per-repeat ratios")
+    print(f"freed memory kept in the process (train.keep_freed_memory), all contenders: {kept}\n")
     print(f"| {'measure':<72} | {'value':>9} |\n|{'-' * 74}|{'-' * 10}:|")
     for name, value in rows:
         print(f"| {name:<72} | {value:>9.{3 if value < 100 else 0}f} |")

@@ -56,6 +56,9 @@ class TrainConfig(ConfigGroup):
     """New tokens per generated text sample."""
     validate_at_end: bool = True
     """Run a last validation on the final weights and print val/loss and val/bpb."""
+    keep_freed_memory: bool = True
+    """Keep the memory a step frees for the next step instead of returning it to the OS
+    (glibc's malloc thresholds; run/allocator.py): 10-15% of a CPU step was page faults."""
     checkpoint_every_n_steps: int | None = 100
     """Write checkpoints/last.ckpt every this many optimizer steps (and at the end, and on
     SIGTERM/Ctrl-C); a SIGKILL loses at most this many steps. null: only at the end/stop."""

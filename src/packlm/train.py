@@ -51,6 +51,7 @@ from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
 from packlm.model.lit_module import LitCausalLM
+from packlm.run.allocator import keep_freed_memory
 from packlm.run.ddp_hydra import ddp_relaunch_runs_this_job
 from packlm.run.loggers import build_callbacks, build_loggers
 from packlm.run.precision import auto_precision, cpu_bf16_matmul_gain
@@ -90,6 +91,8 @@ def train(
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     _check_writable(run_dir, "the run directory (hydra.run.dir)")
     _check_writable(Path(cfg.cache_dir), "cache_dir")
+    if config.train.keep_freed_memory:
+        keep_freed_memory()
     quiet_lightning_tips()
     use_torch_leaf_spec()
     L.seed_everything(cfg.seed, workers=True, verbose=False)

@@ -4,6 +4,7 @@
 1. `trainer_config.py`: the `trainer` config group, every `lightning.Trainer` argument from
    its signature, type-checked; the ones packlm sets are refused with the reason.
    `precision.py`: what `trainer.precision=auto` becomes here (bf16 measured on a CPU).
+   `allocator.py`: freed memory kept for the next step (glibc's malloc thresholds).
 2. `checkpoint_contents.py`: what packlm adds to a checkpoint (KEY) and its tokenizer read
    back, without Lightning (generate, evaluate, export, resume).
    `resume.py`: ckpt_path / init_from -> the run it belongs to, its checkpoint read once,
