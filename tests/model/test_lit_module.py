@@ -409,6 +409,44 @@ def test_stream_batches_are_marked_on_the_cpu():
         torch.testing.assert_close(lit._sum_ce(marked)[0], lit._sum_ce(stream)[0])
 
 
+def test_a_compiled_run_gives_every_batch_its_segment_ids():
+    """model.compile: a stream batch must not reach the graph as segment_ids=None while the
+    others bring a tensor, or every graph compiles twice (once for each)."""
+    B_, T_ = MANY["input_ids"].shape
+    stream = mark_stream(dict(MANY, segment_ids=torch.zeros(B_, T_, dtype=torch.int32)))
+    for compile in (False, True):
+        torch.manual_seed(0)
+        lit = LitCausalLM(tiny_config(context_length=T, compile=compile), {})
+        seen = []
+        eager = lit.model
+
+        def record(input_ids, segment_ids=None, position_ids=None, eager=eager, seen=seen):
+            seen.append(segment_ids)
+            return eager(input_ids, segment_ids, position_ids)
+
+        object.__setattr__(lit, "_run_model", record)  # the compiled view, not compiled here
+        with torch.no_grad():
+            lit._sum_ce(stream)
+            lit._sum_ce(mark_stream(MANY))
+        kinds = [type(s).__name__ for s in seen]
+        assert kinds == (["Tensor", "Tensor"] if compile else ["NoneType", "Tensor"]), compile
+
+
+@pytest.mark.slow
+def test_a_compiled_step_compiles_one_graph_for_stream_and_document_batches():
+    from torch._dynamo.utils import counters
+
+    B_, T_ = MANY["input_ids"].shape
+    stream = mark_stream(dict(MANY, segment_ids=torch.zeros(B_, T_, dtype=torch.int32)))
+    torch.manual_seed(0)
+    lit = LitCausalLM(tiny_config(context_length=T, compile=True), {})
+    torch._dynamo.reset()
+    counters.clear()
+    for batch in (mark_stream(MANY), stream, mark_stream(FEW), stream):
+        lit._sum_ce(batch)[0].backward()
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+
+
 def document_reference_grads(*batches) -> tuple[dict[str, torch.Tensor], float]:
     """Gradient of the mean over all (row, segment) pieces with a target of their mean CE."""
     torch.manual_seed(0)

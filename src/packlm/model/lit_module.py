@@ -99,10 +99,15 @@ class LitCausalLM(L.LightningModule):
         self, batch: Mapping[str, Tensor], weights: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         """(sum over the supervised targets of weight * CE, float32 [B, T] CE): the chunked
-        head or logits + F.cross_entropy (`head_cross_entropy`); compiled runs take logits."""
-        segment_ids = None if batch.get("stream") else batch.get("segment_ids")
-        inputs = (batch["input_ids"], segment_ids, batch.get("position_ids"))
+        head or logits + F.cross_entropy (`head_cross_entropy`); compiled runs take logits.
+
+        A stream batch (all segment ids 0) takes the is_causal kernel in eager runs; a compiled
+        run gives every batch its segment ids (the mask of all-0 ids is the causal one), since
+        None for some batches and a tensor for others would compile each graph twice."""
         compiled = self.model_config.compile
+        stream = batch.get("stream") and not compiled
+        segment_ids = None if stream else batch.get("segment_ids")
+        inputs = (batch["input_ids"], segment_ids, batch.get("position_ids"))
         return head_cross_entropy(
             self.model, self, inputs, batch["labels"], weights, chunkable=not compiled
         )
