@@ -12,10 +12,7 @@ import pytest
 
 from packlm.run import allocator
 
-glibc_only = pytest.mark.skipif(
-    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-    reason="the thresholds are glibc's",
-)
+glibc_only = pytest.mark.skipif(not allocator.is_glibc(), reason="the thresholds are glibc's")
 
 # Ten float32 training steps of packlm's Transformer at nanoGPT's CPU shape (4 x 128, 12 rows
 # of 64 tokens, document masks) after two warm-up steps; prints the minor page faults a step.

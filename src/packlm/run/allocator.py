@@ -31,12 +31,17 @@ TRIM_THRESHOLD = 1 << 30
 say), not after every step."""
 
 
+def is_glibc() -> bool:
+    """Whether this process's C library is glibc (macOS, musl and Windows have their own
+    allocators, with nothing of this to set)."""
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+
 @functools.cache
 def keep_freed_memory() -> bool:
     """Set glibc's thresholds so freed blocks stay in the process; once per process. Returns
-    whether they were set: False where the C library is not glibc (macOS, musl, Windows),
-    which have their own allocators and nothing to set here."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    whether they were set: False where the C library is not glibc."""
+    if not is_glibc():
         return False
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
