@@ -19,15 +19,17 @@ from packlm.run.trainer_config import TrainerConfig
 
 
 def angles(B: int, T: int, D: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary tables as the model's Rotary gives them: [B, 1, T, D], the halves repeated."""
     g = torch.Generator().manual_seed(1)
     theta = torch.rand(B, 1, T, D // 2, generator=g, dtype=dtype) * 6.3  # [B, 1, T, D/2]
+    theta = torch.cat((theta, theta), dim=-1)
     return theta.cos(), theta.sin()
 
 
 def test_rms_norm_passes_gradcheck_and_equals_f_rms_norm():
     x = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
     w = torch.randn(8, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x, w: fused._RMSNorm.apply(x, w, 1e-6), (x, w))
+    assert torch.autograd.gradcheck(lambda x, w: fused._RMSNorm.apply(x, w, 1e-6, None), (x, w))
 
     x32 = torch.randn(4, 7, 32) * 3
     w32 = torch.randn(32)
@@ -42,6 +44,24 @@ def test_rms_norm_passes_gradcheck_and_equals_f_rms_norm():
         torch.autograd.grad(ref, (x32, w32), g),
         strict=True,
     ):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
+
+
+def test_rms_norm_under_autocast_gives_what_the_next_matmul_would_take():
+    """float32 in, autocast's bf16 out: F.rms_norm's float32 result rounded once (what
+    autocast's cast before the matmul did), and the same float32 gradients."""
+    x = (torch.randn(4, 7, 32) * 3).requires_grad_(True)
+    w = torch.randn(32).requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = fused.rms_norm(x, w, 1e-6)
+    ref = F.rms_norm(x, (32,), w, 1e-6).bfloat16()
+    assert ours.dtype == torch.bfloat16
+    torch.testing.assert_close(ours, ref, atol=0, rtol=0)
+    g = torch.randn(4, 7, 32).bfloat16()
+    for a, b in zip(
+        torch.autograd.grad(ours, (x, w), g), torch.autograd.grad(ref, (x, w), g), strict=True
+    ):
+        assert a.dtype == torch.float32
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
 
 

@@ -31,7 +31,8 @@ class RMSNorm(nn.Module):
 
 
 class Rotary(nn.Module):
-    """cos/sin of the rotary angles at each token's position, computed once per forward."""
+    """cos/sin of the rotary angles at each token's position, computed once per forward, each
+    half of the head repeating the other's frequencies (Llama's `rotate_half` layout)."""
 
     def __init__(self, head_dim: int, base: float):
         super().__init__()
@@ -42,6 +43,7 @@ class Rotary(nn.Module):
         angles = (
             position_ids[:, None, :, None].to(self.inv_freq.dtype) * self.inv_freq
         )  # [B, 1, T, D/2]
+        angles = torch.cat((angles, angles), dim=-1)  # [B, 1, T, D]
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
@@ -58,10 +60,12 @@ class Attention(nn.Module):
         # q, k, v [B, H, T, D] in masks.attention_dtype (cos's), q and k rotated
         q, k, v = fused.split_heads(self.qkv(x), cos, sin, self.n_head)
         y = masks.attend(q, k, v, mask)  # [B, H, T, D]
-        y = y.transpose(1, 2).reshape(B, T, C)  # [B, T, C]
-        if not torch.is_autocast_enabled(x.device.type):  # e.g. bf16-true on CPU: fp32 attention
-            y = y.to(x.dtype)
-        return self.proj(y)
+        # [B, T, C] in the dtype proj's matmul takes (autocast's, else x's: bf16-true on CPU
+        # attends in float32), merged and cast in one pass
+        on = torch.is_autocast_enabled(x.device.type)
+        dtype = torch.get_autocast_dtype(x.device.type) if on else x.dtype
+        y = y.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)  # [B, T, H, D]
+        return self.proj(y.reshape(B, T, C))  # a view, or the copy when no cast was needed
 
 
 class SwiGLU(nn.Module):
@@ -146,7 +150,7 @@ class Transformer(nn.Module):
         dtype = masks.attention_dtype(x)  # mask and rotary tables are built in it
         backend = masks.resolve_backend(self.config.attention, x.device, T)
         mask = masks.build_mask(segment_ids, backend, dtype)  # once for all layers
-        cos, sin = self.rotary(position_ids, dtype)  # [B, 1, T, D/2] each
+        cos, sin = self.rotary(position_ids, dtype)  # [B, 1, T, D] each
         for block in self.blocks:
             x = block(x, cos, sin, mask)  # [B, T, C]
         return self.norm_f(x)  # [B, T, C]
