@@ -21,13 +21,19 @@ from torch import Tensor
 _EXACT = (torch.float32, torch.float64)
 
 
+def matmul_dtype(x: Tensor) -> torch.dtype:
+    """The dtype a matmul taking x runs in: autocast's where it is on for x's device, else x's."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
+
+
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """x [..., C] -> x / sqrt(mean(x^2) + eps) * weight, like F.rms_norm; under autocast the
     result comes in autocast's dtype, rounded once, as the next matmul would take it."""
     if torch.compiler.is_compiling() or x.dtype not in _EXACT or weight.dtype != x.dtype:
         return F.rms_norm(x, (x.shape[-1],), weight, eps)
-    on = torch.is_autocast_enabled(x.device.type)
-    return _RMSNorm.apply(x, weight, eps, torch.get_autocast_dtype(x.device.type) if on else None)
+    return _RMSNorm.apply(x, weight, eps, matmul_dtype(x))
 
 
 def split_heads(qkv: Tensor, cos: Tensor, sin: Tensor, n_head: int) -> tuple[Tensor, ...]:
@@ -146,7 +152,7 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, sign: float) -> Tensor:
     """x * cos + sign * rotate_half(x) * sin, rotate_half(x) = (-x2, x1) (Llama's), in a new
     contiguous tensor of the promoted dtype; sign -1 undoes sign 1 (cos, sin [B, 1, T, D]
     repeat their halves). Strided reads are two half-width copies, the arithmetic runs on
-    whole contiguous rows: twice as fast as four half-width products on this layout."""
+    whole contiguous rows (1.3-1.6x as fast as four half-width products, alone)."""
     half = x.shape[-1] // 2
     turned = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # rotate_half(x)
     torch.neg(x[..., half:], out=turned[..., :half])
@@ -199,8 +205,7 @@ def _head_and_ce(hidden, weight, labels, weights, ignore_index: int, grads: bool
     """(objective, ce [N], d objective / d hidden [N, C] or None, d / d weight [V, C] or None)."""
     N, V = hidden.shape[0], weight.shape[0]
     device = hidden.device
-    on = torch.is_autocast_enabled(device.type)
-    dtype = torch.get_autocast_dtype(device.type) if on else weight.dtype  # of the matmuls
+    dtype = matmul_dtype(weight)  # of the matmuls
     acc = torch.promote_types(dtype, torch.float32)  # of the softmax and the sums
     h, w = hidden.to(dtype), weight.to(dtype)  # [N, C], [V, C]; no-ops outside autocast
     valid = labels != ignore_index  # [N]

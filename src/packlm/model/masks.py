@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from packlm.model import fused
+
 try:  # FlexAttention: torch >= 2.5
     from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 except ImportError:  # pragma: no cover - old torch
@@ -140,8 +142,7 @@ def attention_dtype(x: Tensor) -> torch.dtype:
     these sizes, and 16-bit elementwise work is slower there too (bench/model.py), while
     the matmuls around it keep the low precision.
     """
-    on = torch.is_autocast_enabled(x.device.type)
-    dtype = torch.get_autocast_dtype(x.device.type) if on else x.dtype
+    dtype = fused.matmul_dtype(x)
     if x.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
         return torch.float32
     return dtype

@@ -62,9 +62,7 @@ class Attention(nn.Module):
         y = masks.attend(q, k, v, mask)  # [B, H, T, D]
         # [B, T, C] in the dtype proj's matmul takes (autocast's, else x's: bf16-true on CPU
         # attends in float32), merged and cast in one pass
-        on = torch.is_autocast_enabled(x.device.type)
-        dtype = torch.get_autocast_dtype(x.device.type) if on else x.dtype
-        y = y.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)  # [B, T, H, D]
+        y = y.transpose(1, 2).to(fused.matmul_dtype(x), memory_format=torch.contiguous_format)
         return self.proj(y.reshape(B, T, C))  # a view, or the copy when no cast was needed
 
 
