@@ -51,9 +51,9 @@ from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.schedule import lr_factor
 from packlm.model.transformer import Transformer, positions_from_segments
-from packlm.run.allocator import keep_freed_memory
-from packlm.run.precision import auto_precision
-from packlm.run.report import use_torch_leaf_spec
+from packlm.precision import auto_precision
+from packlm.train.allocator import keep_freed_memory
+from packlm.train.report import use_torch_leaf_spec
 
 CONFIG = dict(vocab_size=65, context_length=64, n_layer=4, n_head=4, n_embd=128,
               tie_embeddings=True)  # fmt: skip  # the reference's (nanoGPT's) tied head

@@ -35,7 +35,7 @@ from packlm.data.epoch.loader import PlanDataLoader, WindowDataset
 from packlm.data.epoch.plan import build_plan
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.epoch.statistics import plan_statistics
-from packlm.data.store.cache import DEFAULT_CACHE_DIR, prepare_stores
+from packlm.data.store.prepared import DEFAULT_CACHE_DIR, prepare_stores
 from packlm.data.store.token_store import StoreWriter
 
 PLAN_CONFIGS = {

@@ -39,8 +39,8 @@ from packlm.data.config import DataConfig
 from packlm.data.store.build import StoreHeader, build_stores
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.encode import available_cores
-from packlm.tokenizer.cache import get_tokenizer
 from packlm.tokenizer.config import TokenizerConfig
+from packlm.tokenizer.obtain import get_tokenizer
 from packlm.tokenizer.pretokenize import resolve_pattern
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache" / "packlm-bench"

@@ -129,7 +129,7 @@ def child_load(which: str, saved: str, cache_dir: str) -> dict:
     import tiktoken
     import tokenizers
 
-    import packlm.tokenizer.cache  # noqa: F401
+    import packlm.tokenizer.obtain  # noqa: F401
     from packlm.tokenizer import GPT2_PATTERN, Tokenizer
     from packlm.tokenizer.formats import from_unicode
 

@@ -37,6 +37,6 @@ def tiny_corpus(tmp_path_factory) -> Path:
 def torch_leaf_spec() -> None:
     """As train.py does before fitting: Lightning's module gets torch's own leaf constructor,
     so the Trainers built by tests do not warn about `LeafSpec` on every fit."""
-    from packlm.run.report import use_torch_leaf_spec
+    from packlm.train.report import use_torch_leaf_spec
 
     use_torch_leaf_spec()

@@ -21,11 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from packlm.config_group import ConfigGroup
 from packlm.data.config import DataConfig
-from packlm.data.store.cache import DEFAULT_CACHE_DIR
+from packlm.data.store.prepared import DEFAULT_CACHE_DIR
 from packlm.errors import ConfigError
 from packlm.model.config import ModelConfig, OptimConfig
-from packlm.run.trainer_config import TrainerConfig, TrainerSchema
 from packlm.tokenizer.config import TokenizerConfig
+from packlm.trainer_config import TrainerConfig, TrainerSchema
 
 # conf/ at the top of the project (src/packlm/config.py -> ../../conf); PACKLM_CONFIG_DIR overrides.
 CONFIG_DIR = str(
@@ -58,7 +58,7 @@ class TrainConfig(ConfigGroup):
     """Run a last validation on the final weights and print val/loss and val/bpb."""
     keep_freed_memory: bool = True
     """Keep the memory a step frees for the next step instead of returning it to the OS
-    (glibc's malloc thresholds; run/allocator.py): 10-15% of a CPU step was page faults."""
+    (glibc's malloc thresholds; packlm/train/allocator.py): 10-15% of a CPU step was page faults."""
     checkpoint_every_n_steps: int | None = 100
     """Write checkpoints/last.ckpt every this many optimizer steps (and at the end, and on
     SIGTERM/Ctrl-C); a SIGKILL loses at most this many steps. null: only at the end/stop."""

@@ -21,11 +21,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from packlm.checkpoint.load import load_checkpoint, tokenizer_config_of
 from packlm.config import CONFIG_DIR
 from packlm.data.config import DataConfig
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
-from packlm.export.checkpoint import load_checkpoint, tokenizer_config_of
 from packlm.model.loss import IGNORE_INDEX, head_cross_entropy
 from packlm.model.transformer import Transformer
 
@@ -54,7 +54,7 @@ def eval_data_config(saved: dict[str, Any], overrides: dict[str, Any]) -> DataCo
 def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: str | Path,
              device: str = "cpu") -> dict[str, Any]:  # fmt: skip
     from packlm.data.datamodule import PackedDataModule
-    from packlm.data.store.cache import prepare_stores
+    from packlm.data.store.prepared import prepare_stores
 
     ckpt = load_checkpoint(ckpt_path)
     data = eval_data_config(ckpt.data, data_overrides).validate(ckpt.model.context_length)

@@ -1,6 +1,6 @@
 """`python -m packlm.generate ckpt_path=... 'prompt="..."'`: sample text from a checkpoint.
 
-The checkpoint carries its own tokenizer (see packlm.callbacks.checkpoint_extras), so
+The checkpoint carries its own tokenizer (see packlm.checkpoint.extras), so
 nothing but the checkpoint file is needed.
 """
 
@@ -12,9 +12,9 @@ import hydra
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
+from packlm.checkpoint.load import load_checkpoint
 from packlm.config import CONFIG_DIR
 from packlm.errors import one_line_errors
-from packlm.export.checkpoint import load_checkpoint
 from packlm.model.sampling import sample_text
 from packlm.model.transformer import Transformer
 

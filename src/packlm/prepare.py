@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from packlm.config import CONFIG_DIR
 from packlm.data.config import DataConfig
-from packlm.data.store.cache import PreparedData, prepare_stores
+from packlm.data.store.prepared import PreparedData, prepare_stores
 from packlm.data.store.sources.document import SourceError
 from packlm.data.store.token_store import TOKENS_FILE, StoreError
 from packlm.data.store.verify import decoded_bytes

@@ -9,8 +9,7 @@ import sys
 import textwrap
 
 import pytest
-
-from packlm.run import allocator
+from packlm.train import allocator
 
 glibc_only = pytest.mark.skipif(not allocator.is_glibc(), reason="the thresholds are glibc's")
 
@@ -21,7 +20,7 @@ BLOCKS = textwrap.dedent(
     """
     import json, resource, sys
     import numpy as np
-    from packlm.run.allocator import keep_freed_memory
+    from packlm.train.allocator import keep_freed_memory
     kept = keep_freed_memory() if sys.argv[1] == "keep" else None
     big = np.ones(1 << 20, dtype=np.uint8)
     del big
@@ -45,7 +44,7 @@ STEPS = textwrap.dedent(
     import torch
     from packlm.model.config import ModelConfig
     from packlm.model.transformer import Transformer
-    from packlm.run.allocator import keep_freed_memory
+    from packlm.train.allocator import keep_freed_memory
     kept = keep_freed_memory() if sys.argv[1] == "keep" else None
     torch.manual_seed(0)
     torch.set_num_threads(1)

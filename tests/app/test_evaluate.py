@@ -11,11 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from packlm.checkpoint.contents import KEY
 from packlm.errors import ConfigError
 from packlm.evaluate import evaluate
 from packlm.model import fused
 from packlm.model.lit_module import LitCausalLM
-from packlm.run.checkpoint_contents import KEY
 from packlm.tokenizer import Tokenizer, train_bpe_from_iterator
 
 SPECIALS = ["<|endoftext|>", "<|pad|>"]

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from helpers.plans import write_position_store
 from packlm.data.config import DataConfig
 from packlm.data.datamodule import PackedDataModule
-from packlm.data.store.cache import PreparedData
+from packlm.data.store.prepared import PreparedData
 from packlm.errors import ConfigError
 
 TRAIN_LENGTHS = np.random.default_rng(0).integers(1, 60, size=90)

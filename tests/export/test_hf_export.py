@@ -87,7 +87,7 @@ def test_export_refuses_bad_requests_before_writing(tmp_path, tiny_ckpt):
 def test_a_train_py_checkpoint_exports(tiny_corpus, tmp_path):
     """The real thing: train.py's checkpoint -> hf folder -> the same logits."""
     from helpers.runs import run_train, tiny_overrides
-    from packlm.export.checkpoint import load_checkpoint
+    from packlm.checkpoint.load import load_checkpoint
     from packlm.model.transformer import Transformer
 
     done = run_train(tiny_overrides(tiny_corpus, tmp_path / "cache", steps=2, lean=True), tmp_path)

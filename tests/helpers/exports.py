@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from packlm.checkpoint.contents import KEY
 from packlm.model.lit_module import LitCausalLM
-from packlm.run.checkpoint_contents import KEY
 
 SPECIALS = ["<|endoftext|>", "<|pad|>"]
 TEXTS = [

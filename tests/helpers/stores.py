@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from packlm.data.config import DataConfig
-from packlm.data.store.cache import PreparedData, prepare_stores
+from packlm.data.store.prepared import PreparedData, prepare_stores
 from packlm.tokenizer.config import TokenizerConfig
 
 VOCAB = 300

@@ -10,12 +10,12 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
+from packlm import precision
 
 from packlm.model import fused, masks
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.loss import grad_norm
-from packlm.run import precision
-from packlm.run.trainer_config import TrainerConfig
+from packlm.trainer_config import TrainerConfig
 
 
 def angles(B: int, T: int, D: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

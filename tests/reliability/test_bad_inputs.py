@@ -16,11 +16,11 @@ import pytest
 import torch
 from hydra.errors import ConfigCompositionException
 
-import packlm.train as train_module
+import packlm.train.job as train_module
 from packlm.config import validate_config
 from packlm.data.config import DataConfig
 from packlm.data.datamodule import PackedDataModule
-from packlm.data.store.cache import PreparedData, prepare_stores
+from packlm.data.store.prepared import PreparedData, prepare_stores
 from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import write_store
 from packlm.errors import ConfigError
@@ -54,7 +54,7 @@ def build(root: Path, cache: Path, **data):
 def logged_counts(prepared, caplog) -> str:
     dm = PackedDataModule(prepared=prepared, window=8, num_workers=0)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="packlm.train"):
+    with caplog.at_level(logging.INFO, logger="packlm.train.job"):
         train_module._log_data_counts(dm)
     return "\n".join(r.getMessage() for r in caplog.records)
 
@@ -289,7 +289,7 @@ def test_a_checkpoint_of_another_corpus_is_refused_naming_the_store(
 
 def _tokenizer_dir(checkpoint: Path) -> Path:
     """The trained tokenizer of the checkpoint's run, saved as a directory (same ids)."""
-    from packlm.run.checkpoint_contents import tokenizer_from_checkpoint
+    from packlm.checkpoint.contents import tokenizer_from_checkpoint
 
     out = checkpoint.parent.parent / "tokenizer"
     if not out.exists():

@@ -26,7 +26,7 @@ from helpers.corpus import write_tiny_corpus
 from packlm.data.config import DataConfig
 from packlm.data.store import token_store as store_module
 from packlm.data.store import verify as verify_module
-from packlm.data.store.cache import prepare_stores
+from packlm.data.store.prepared import prepare_stores
 from packlm.data.store.token_store import StoreError, TokenStore
 from packlm.data.store.verify import verify_checksums, verify_files
 from packlm.tokenizer.config import TokenizerConfig
@@ -78,7 +78,7 @@ import os, signal, sys
 from packlm.cache import entry as cache_entry
 from packlm.tokenizer import cache as tokenizer_cache
 from packlm.data.config import DataConfig
-from packlm.data.store.cache import prepare_stores
+from packlm.data.store.prepared import prepare_stores
 from packlm.tokenizer import formats
 import packlm.tokenizer
 from packlm.tokenizer.config import TokenizerConfig

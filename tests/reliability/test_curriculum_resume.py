@@ -14,7 +14,7 @@ from helpers.plans import write_position_store
 from helpers.runs import assert_same_weights, checkpoint_step, reliability_overrides
 from packlm.config import CONFIG_DIR
 from packlm.data.datamodule import PackedDataModule
-from packlm.data.store.cache import PreparedData
+from packlm.data.store.prepared import PreparedData
 from packlm.stats import statistics
 from packlm.train import train
 

@@ -20,10 +20,11 @@ import pytest
 
 from helpers.corpus import write_tiny_corpus
 from helpers.processes import still_running
+from packlm import workers
 from packlm.data.config import DataConfig
 from packlm.data.store import build as build_module
-from packlm.data.store.cache import prepare_stores
 from packlm.data.store.encode import OrderedEncoder
+from packlm.data.store.prepared import prepare_stores
 from packlm.tokenizer.config import TokenizerConfig
 from packlm.tokenizer.training import counting
 from packlm.tokenizer.training.counting import WorkerDied, count_parallel
@@ -148,7 +149,7 @@ def test_a_worker_started_after_its_parent_died_exits_at_once():
     if pid == 0:  # child: pretend the parent is another process, which is gone
         os.close(r)
         try:
-            counting.die_with_parent(dead_pid())
+            workers.die_with_parent(dead_pid())
         finally:
             os.write(w, b"survived")
             os._exit(0)
@@ -166,7 +167,7 @@ def test_prctl_is_set_in_a_worker():
     def child(parent):
         import ctypes
 
-        counting.die_with_parent(parent)
+        workers.die_with_parent(parent)
         value = ctypes.c_int()
         ctypes.CDLL(None).prctl(2, ctypes.byref(value), 0, 0, 0)  # PR_GET_PDEATHSIG
         queue.put(value.value)

@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from packlm.errors import ConfigError
-from packlm.tokenizer.cache import get_tokenizer, load_path
 from packlm.tokenizer.config import TokenizerConfig
 from packlm.tokenizer.formats import from_unicode
+from packlm.tokenizer.obtain import get_tokenizer, load_path
 
 EOT, PAD = "<|endoftext|>", "<|pad|>"
 TEXT = "Hello, world! Grüße 你好 🙂\n\n  def f(x):\n\treturn x  <|endoftext|>  'tis 1234567"

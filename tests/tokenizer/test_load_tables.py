@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from packlm.tokenizer import Tokenizer, formats
-from packlm.tokenizer.cache import _read_tables, get_tokenizer
 from packlm.tokenizer.config import TokenizerConfig
+from packlm.tokenizer.obtain import _read_tables, get_tokenizer
 
 EOT = "<|endoftext|>"
 TEXT = "Hello, world! Grüße 你好 🙂\n\n  def f(x):\n\treturn x <|endoftext|> 'tis 1234567 abc"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from packlm.run.checkpoint_contents import KEY, tokenizer_from_checkpoint
+from packlm.checkpoint.contents import KEY, tokenizer_from_checkpoint
 from packlm.tokenizer import Tokenizer, encoder
 
 EOT = "<|endoftext|>"

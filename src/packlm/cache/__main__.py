@@ -17,7 +17,7 @@ import os
 import sys
 
 from packlm.cache.inventory import Entry, entries, remove
-from packlm.data.store.cache import DEFAULT_CACHE_DIR
+from packlm.data.store.prepared import DEFAULT_CACHE_DIR
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packlm.cache.entry import locked
-from packlm.data.store.cache import STORES_DIR
+from packlm.data.store.prepared import STORES_DIR
 from packlm.data.store.token_store import MANIFEST_FILE
-from packlm.tokenizer.cache import CACHE_FILE, TABLES_DIR, TOKENIZERS_DIR
+from packlm.tokenizer.obtain import CACHE_FILE, TABLES_DIR, TOKENIZERS_DIR
 
 
 @dataclass(frozen=True)

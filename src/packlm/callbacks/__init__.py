@@ -6,7 +6,6 @@
 - `budget.py`: `SupervisedTokenBudget` stops after `train.max_supervised_tokens`.
 - `checkpointing.py`: atomic checkpoint writes, `last.ckpt` every N steps, clean stops on
   SIGTERM / Ctrl-C.
-- `checkpoint_extras.py`: the tokenizer, data config and run settings inside each checkpoint.
 - `resumed_settings.py`: `ResumedSettings`, a resume applies the current optimizer settings.
 - `batch_hashes.py`: `BatchHashes`, per-batch hashes for comparing runs (debugging, tests).
 - `progress_bar.py`: `EpochProgressBar`, Lightning's rich bar without "Epoch 3/-2".
@@ -16,7 +15,6 @@
 
 from packlm.callbacks.batch_hashes import BatchHashes
 from packlm.callbacks.budget import SupervisedTokenBudget
-from packlm.callbacks.checkpoint_extras import CheckpointExtras
 from packlm.callbacks.checkpointing import (
     AtomicCheckpointIO,
     BestCheckpoint,
@@ -41,7 +39,6 @@ __all__ = [
     "BatchHashes",
     "BatchImages",
     "BestCheckpoint",
-    "CheckpointExtras",
     "EpochProgressBar",
     "EpochStatistics",
     "GracefulStop",

@@ -1,7 +1,7 @@
 """The data path, in two halves and the DataModule that wires them (DESIGN.md "Data flow").
 
 Prepare time, once per fingerprint (`packlm.data.store`):
-    sources -> documents -> tokenizer (`packlm.tokenizer.cache`) -> token store
+    sources -> documents -> tokenizer (`packlm.tokenizer.obtain`) -> token store
 Epoch time, every epoch, in every rank and worker (`packlm.data.epoch`):
     token store -> epoch plan (order -> packing -> windows) -> samples -> collate -> statistics
 

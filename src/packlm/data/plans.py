@@ -26,7 +26,7 @@ from packlm.data.epoch.order import directory_groups
 from packlm.data.epoch.plan import EpochPlan, build_plan
 from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.epoch.windows import validation_config
-from packlm.data.store.cache import DEFAULT_CACHE_DIR, prepare_stores
+from packlm.data.store.prepared import DEFAULT_CACHE_DIR, prepare_stores
 from packlm.data.store.token_store import TokenStore
 from packlm.tokenizer.config import TokenizerConfig
 
@@ -37,7 +37,7 @@ class EpochPlans:
     """The epoch plans of `data.*`; build with the data keys as keyword arguments
     (`EpochPlans(window=128, ...)`) or `data=DataConfig(...)`.
 
-    `prepared` (a `packlm.data.store.cache.PreparedData`) skips building: tests and tools that
+    `prepared` (a `packlm.data.store.prepared.PreparedData`) skips building: tests and tools that
     already have stores pass it.
     """
 

@@ -18,12 +18,12 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
+from packlm.checkpoint.load import load_checkpoint, tokenizer_config_of
 from packlm.config import CONFIG_DIR, PackLMConfig
 from packlm.data.config import DataConfig
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
 from packlm.export import FORMATS
-from packlm.export.checkpoint import load_checkpoint, tokenizer_config_of
 from packlm.export.output import output_dir
 from packlm.prepare import logs_to_stderr
 from packlm.tokenizer.config import TokenizerConfig
@@ -77,14 +77,14 @@ def export(cfg: DictConfig) -> dict:
 
 
 def _tokenizer_at(cfg: DictConfig):
-    from packlm.tokenizer.cache import load_path
+    from packlm.tokenizer.obtain import load_path
 
     t = TokenizerConfig.from_mapping(cfg)
     return load_path(t.path, "tokenizer.path", t.special_tokens, t.pattern)
 
 
 def _export_stores(cfg: DictConfig, fmt: str, ckpt, tmp: Path) -> list[str]:
-    from packlm.data.store.cache import prepare_stores
+    from packlm.data.store.prepared import prepare_stores
 
     data = DataConfig.from_mapping(cfg.data)
     if ckpt is not None:

@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from helpers.plans import write_position_store
 from packlm.callbacks.views.epoch_statistics import COLUMNS, EpochStatistics, coverage
 from packlm.data.datamodule import PackedDataModule
-from packlm.data.store.cache import PreparedData
+from packlm.data.store.prepared import PreparedData
 
 LENGTHS = np.random.default_rng(0).integers(1, 60, size=90)
 

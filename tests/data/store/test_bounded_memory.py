@@ -15,7 +15,7 @@ import pytest
 
 from packlm.data.config import DataConfig
 from packlm.data.store import encode
-from packlm.data.store.cache import prepare_stores
+from packlm.data.store.prepared import prepare_stores
 from packlm.tokenizer.config import TokenizerConfig
 from packlm.tokenizer.pretokenize import PIECE_CHARS
 from packlm.tokenizer.training import counting
@@ -96,7 +96,7 @@ PEAK_CHILD = textwrap.dedent(
     """
     import json, re, resource, sys
     from packlm.data.config import DataConfig
-    from packlm.data.store.cache import prepare_stores
+    from packlm.data.store.prepared import prepare_stores
     from packlm.tokenizer.config import TokenizerConfig
 
     def high_water():  # VmHWM restarts at exec, unlike ru_maxrss (the forking parent's)

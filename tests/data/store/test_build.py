@@ -10,8 +10,8 @@ import pytest
 from helpers.stores import VOCAB, data_config, decoded, documents, prepare, write_corpus
 from packlm.data.config import DataConfig
 from packlm.data.store import build
-from packlm.data.store.cache import prepare_stores
 from packlm.data.store.corpus import Corpus
+from packlm.data.store.prepared import prepare_stores
 from packlm.data.store.sources import SourceError
 from packlm.errors import ConfigError
 from packlm.tokenizer.config import TokenizerConfig

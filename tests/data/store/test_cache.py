@@ -115,7 +115,7 @@ CHILD = """
 import os, signal, sys
 from packlm.data.store import token_store as store
 from packlm.data.config import DataConfig
-from packlm.data.store.cache import prepare_stores
+from packlm.data.store.prepared import prepare_stores
 from packlm.tokenizer.config import TokenizerConfig
 
 finished = []

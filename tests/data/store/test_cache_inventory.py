@@ -16,7 +16,7 @@ from packlm.cache.__main__ import main
 from packlm.cache.entry import locked
 from packlm.cache.inventory import entries, remove
 from packlm.data.config import DataConfig
-from packlm.data.store.cache import prepare_stores
+from packlm.data.store.prepared import prepare_stores
 from packlm.tokenizer.config import TokenizerConfig
 
 DAY = 86400

@@ -15,7 +15,7 @@ import pytest
 from helpers.processes import run_tool_recording_imports
 from packlm.data.config import DataConfig
 from packlm.data.store import encode
-from packlm.data.store.cache import prepare_stores
+from packlm.data.store.prepared import prepare_stores
 from packlm.prepare import format_summary, summary
 from packlm.tokenizer.config import TokenizerConfig
 

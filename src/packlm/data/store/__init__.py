@@ -14,11 +14,11 @@
 7. `build.py`: a `Corpus` + tokenizer -> the train and val stores in one streaming pass, in a
    temporary directory renamed into place when both are complete.
 8. `cache.py`: `prepare_stores(data, tokenizer config, cache_dir)` -> tokenizer (through
-   `packlm.tokenizer.cache`) and both stores, reused when the fingerprint matches.
+   `packlm.tokenizer.obtain`) and both stores, reused when the fingerprint matches.
 """
 
-from packlm.data.store.cache import PreparedData, prepare_stores
 from packlm.data.store.corpus import Corpus
+from packlm.data.store.prepared import PreparedData, prepare_stores
 from packlm.data.store.sources import Document, SourceError, iter_documents, resolve_sources
 from packlm.data.store.token_store import StoreError, StoreWriter, TokenStore, write_store
 

@@ -38,7 +38,7 @@ from packlm.tokenizer.pretokenize import (
     piece_spans,
     split_pretoken,
 )
-from packlm.tokenizer.training.counting import WorkerDied, death_message, die_with_parent
+from packlm.workers import WorkerDied, death_message, die_with_parent
 
 PHASE = "encoding the token store"
 

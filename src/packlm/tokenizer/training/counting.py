@@ -6,26 +6,21 @@ places where the cut does not change pre-tokenization (see `stream_cut`); docume
 from an iterator are batched. Worker processes each keep one Counter and return it
 once at the end, so the parent merges only a handful of tables.
 
-A worker dies with its parent however the parent ends (`die_with_parent`), and a worker
-that dies (the OOM killer, a kill) is an error naming the phase and the signal within a
-second, never a hang.
+Workers live by `packlm.workers`' rules: they die with their parent, and a worker that dies
+(the OOM killer, a kill) is an error naming the phase and the signal within a second, never
+a hang.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import os
 import queue
 import signal
-import sys
-import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
-from multiprocessing.connection import wait
 from pathlib import Path
 
 import regex
@@ -39,6 +34,7 @@ from packlm.tokenizer.pretokenize import (
     split_special,
     stream_cut,
 )
+from packlm.workers import WorkerDied, death_message, die_with_parent, exited, start_context
 
 log = logging.getLogger(__name__)
 
@@ -132,46 +128,6 @@ def utf8_len(text: str) -> int:
 
 
 PHASE = "pre-tokenizing (tokenizer training)"
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent: int) -> None:
-    """In a worker: be killed as soon as `parent` is gone, even by SIGKILL.
-
-    Linux: the kernel sends SIGKILL when the parent exits (prctl PR_SET_PDEATHSIG); elsewhere
-    a daemon thread polls the parent id. Either way a parent already gone means exit now.
-    """
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: poll
-        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    if os.getppid() != parent:  # died before prctl took effect
-        os._exit(1)
-
-
-def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(0.5)
-    os._exit(1)
-
-
-def death_message(phase: str, pid: int | None, exitcode: int | None) -> str:
-    """'pre-tokenizing …: worker process 123 was killed by SIGKILL' (or 'exited with status 3')."""
-    if exitcode is not None and exitcode < 0:
-        try:
-            how = f"was killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            how = f"was killed by signal {-exitcode}"
-    else:
-        how = f"exited with status {exitcode}"
-    hint = " (out of memory? try fewer workers)" if exitcode == -signal.SIGKILL else ""
-    return f"{phase}: worker process {pid} {how}{hint}"
-
-
-class WorkerDied(ChildProcessError):
-    """A worker process ended before its work was done (an OSError: CLIs print it as one line)."""
-
-
 def _worker(pattern: str, special_tokens: list[str], tasks, results, parent: int) -> None:
     die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -185,24 +141,10 @@ def _worker(pattern: str, special_tokens: list[str], tasks, results, parent: int
         results.put(RuntimeError(f"pre-tokenizer worker failed: {e!r}"))
 
 
-def _context():
-    """fork starts a worker in milliseconds; spawn where fork is unsafe or absent."""
-    use_fork = (
-        sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
-    )
-    return multiprocessing.get_context("fork" if use_fork else "spawn")
-
-
-def _gone(p) -> bool:
-    """The worker has exited; its sentinel says so even if another handler reaped it
-    (then `exitcode` stays None forever and waiting on it would spin)."""
-    return p.exitcode is not None or bool(wait([p.sentinel], timeout=0))
-
-
 def _check_alive(procs, results, finished_ok: bool) -> None:
     """Raise if a worker ended early (with its own error when it sent one)."""
     for p in procs:
-        if not _gone(p) or (finished_ok and p.exitcode in (0, None)):
+        if not exited(p) or (finished_ok and p.exitcode in (0, None)):
             continue
         try:
             error = results.get(timeout=1.0)
@@ -265,7 +207,7 @@ def _count(batches, pattern, special_tokens, num_workers, progress) -> Counter[s
                 progress(sum(map(utf8_len, batch)))
         return counts
 
-    ctx = _context()
+    ctx = start_context()
     tasks, results = ctx.Queue(maxsize=2 * num_workers), ctx.Queue()
     procs = [
         ctx.Process(

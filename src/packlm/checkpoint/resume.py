@@ -14,37 +14,17 @@ What a resume does with each setting that differs from the checkpoint's (README,
 from __future__ import annotations
 
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
-import torch
-
+from packlm.checkpoint.contents import KEY as EXTRAS_KEY
 from packlm.config import Validated
 from packlm.data.epoch.loader import PLAN_KEYS, check_plan_signature
 from packlm.errors import ConfigError
 from packlm.model.config import PARAM_GROUPS, ModelConfig, as_dict
-from packlm.run.checkpoint_contents import KEY as EXTRAS_KEY
 
 NOT_SHAPE = ("compile", "attention", "dropout")
 """Model keys that change how the model runs, not its weights: a resume may change them."""
 INIT_FROM_HINT = " To start a new run from these weights instead, give init_from=<ckpt>."
-
-
-def run_dir_of(ckpt_path: Path) -> Path:
-    if not ckpt_path.is_file():
-        raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint")
-    parent = ckpt_path.resolve().parent
-    return parent.parent if parent.name == "checkpoints" else parent
-
-
-def read_checkpoint(path: Path, key: str = "ckpt_path") -> dict[str, Any]:
-    """The checkpoint's plain parts (memory-mapped tensors), or a ConfigError naming the file."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # truncated, not a checkpoint, unreadable
-        raise ConfigError(
-            f"{key}={path}: cannot read the checkpoint ({type(e).__name__}: {e})"
-        ) from e
 
 
 def check_resume(path: Any, checkpoint: dict[str, Any], config: Validated) -> None:
@@ -126,7 +106,7 @@ def check_init_from(
     if "state_dict" not in checkpoint:
         raise ConfigError(f"init_from={path}: not a packlm training checkpoint (no state_dict)")
     check_model_shape(path, checkpoint, model, key="init_from")
-    from packlm.run.checkpoint_contents import tokenizer_from_checkpoint
+    from packlm.checkpoint.contents import tokenizer_from_checkpoint
 
     if tokenizer_from_checkpoint(checkpoint).digest() != tokenizer.digest():
         raise ConfigError(

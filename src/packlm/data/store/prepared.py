@@ -23,8 +23,8 @@ from packlm.data.store.encode import available_cores
 from packlm.data.store.token_store import MANIFEST_FILE, StoreError, TokenStore
 from packlm.data.store.verify import verify_checksums
 from packlm.errors import ConfigError
-from packlm.tokenizer.cache import get_tokenizer
 from packlm.tokenizer.config import TokenizerConfig
+from packlm.tokenizer.obtain import get_tokenizer
 
 log = logging.getLogger(__name__)
 

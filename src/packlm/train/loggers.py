@@ -21,7 +21,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from packlm.errors import ConfigError
-from packlm.run.event_purge import purge_after
+from packlm.train.event_purge import purge_after
 
 log = logging.getLogger(__name__)
 

@@ -9,11 +9,10 @@ from typing import Any
 
 import torch
 
+from packlm.checkpoint.contents import KEY as EXTRAS_KEY
+from packlm.checkpoint.contents import read_checkpoint, tokenizer_from_checkpoint
 from packlm.errors import ConfigError
 from packlm.model.config import ModelConfig
-from packlm.run.checkpoint_contents import KEY as EXTRAS_KEY
-from packlm.run.checkpoint_contents import tokenizer_from_checkpoint
-from packlm.run.resume import read_checkpoint
 from packlm.tokenizer.config import TokenizerConfig
 
 PREFIX = "model."  # LitCausalLM keeps the Transformer as `self.model`
@@ -55,7 +54,7 @@ def tokenizer_config_of(tokenizer, cache_dir: str | Path) -> TokenizerConfig:
     `<cache_dir>/tokenizers/checkpoint-<digest>`), so stores are encoded with the ids the
     checkpoint's model was trained on."""
     from packlm.cache.entry import mark_used, replace_dir, temporary_sibling
-    from packlm.tokenizer.cache import TOKENIZERS_DIR
+    from packlm.tokenizer.obtain import TOKENIZERS_DIR
 
     root = Path(cache_dir).expanduser().resolve() / TOKENIZERS_DIR
     dest = root / f"checkpoint-{tokenizer.digest()}"

@@ -7,7 +7,12 @@ tool that only reads a checkpoint never imports Lightning (about 4 s of start-up
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import torch
+
+from packlm.errors import ConfigError
 
 KEY = "packlm"
 
@@ -21,3 +26,20 @@ def tokenizer_from_checkpoint(checkpoint: dict[str, Any]):
         raise ValueError("checkpoint has no packlm tokenizer (not written by packlm's train.py)")
     state = dict(extras["tokenizer"])
     return Tokenizer(**state)
+
+
+def run_dir_of(ckpt_path: Path) -> Path:
+    if not ckpt_path.is_file():
+        raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint")
+    parent = ckpt_path.resolve().parent
+    return parent.parent if parent.name == "checkpoints" else parent
+
+
+def read_checkpoint(path: Path, key: str = "ckpt_path") -> dict[str, Any]:
+    """The checkpoint's plain parts (memory-mapped tensors), or a ConfigError naming the file."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # truncated, not a checkpoint, unreadable
+        raise ConfigError(
+            f"{key}={path}: cannot read the checkpoint ({type(e).__name__}: {e})"
+        ) from e

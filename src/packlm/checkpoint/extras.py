@@ -3,7 +3,7 @@
 A checkpoint then stands alone: `python -m packlm.generate ckpt_path=...` decodes with
 the exact tokenizer the model was trained with, and a resume can tell which data it saw.
 Everything stored is plain data (ints, bytes, strings), loadable with weights_only=True;
-`packlm.run.checkpoint_contents` reads it back.
+`packlm.checkpoint.contents` reads it back.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import lightning as L
 
-from packlm.run.checkpoint_contents import KEY
+from packlm.checkpoint.contents import KEY
 
 
 class CheckpointExtras(L.Callback):

@@ -28,7 +28,6 @@ from packlm.callbacks import (
     AtomicCheckpointIO,
     BatchHashes,
     BatchImages,
-    CheckpointExtras,
     EpochProgressBar,
     EpochStatistics,
     GracefulStop,
@@ -44,6 +43,15 @@ from packlm.callbacks import (
     TrainingStopped,
     rich_available,
 )
+from packlm.checkpoint.contents import read_checkpoint, run_dir_of
+from packlm.checkpoint.extras import CheckpointExtras
+from packlm.checkpoint.resume import (
+    changed_settings,
+    check_init_from,
+    check_model_shape,
+    check_resume,
+    run_settings,
+)
 from packlm.config import CONFIG_DIR, Validated, swept_keys, validate_config
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.epoch.curriculum import expected_batches
@@ -51,20 +59,11 @@ from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
 from packlm.model.lit_module import LitCausalLM
-from packlm.run.allocator import keep_freed_memory
-from packlm.run.ddp_hydra import ddp_relaunch_runs_this_job
-from packlm.run.loggers import build_callbacks, build_loggers
-from packlm.run.precision import auto_precision, cpu_bf16_matmul_gain
-from packlm.run.report import log_model_size, quiet_lightning_tips, summary, use_torch_leaf_spec
-from packlm.run.resume import (
-    changed_settings,
-    check_init_from,
-    check_model_shape,
-    check_resume,
-    read_checkpoint,
-    run_dir_of,
-    run_settings,
-)
+from packlm.precision import auto_precision, cpu_bf16_matmul_gain
+from packlm.train.allocator import keep_freed_memory
+from packlm.train.ddp_hydra import ddp_relaunch_runs_this_job
+from packlm.train.loggers import build_callbacks, build_loggers
+from packlm.train.report import log_model_size, quiet_lightning_tips, summary, use_torch_leaf_spec
 
 log = logging.getLogger(__name__)
 

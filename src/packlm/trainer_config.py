@@ -145,7 +145,7 @@ class TrainerConfig(ConfigGroup):
 
     def trainer_kwargs(self) -> dict[str, Any]:
         """The values that differ from Lightning's defaults (the Trainer's keyword arguments)."""
-        from packlm.run.precision import auto_precision  # torch: only where a run starts
+        from packlm.precision import auto_precision  # torch: only where a run starts
 
         params = trainer_parameters()
         values = asdict(self)
