@@ -234,8 +234,8 @@ class Tokenizer:
         cache_dir: str | os.PathLike | None = None,
     ) -> Tokenizer:
         """Load GPT-2 style vocab.json + merges.txt (byte-to-unicode strings). With a
-        `cache_dir`, what loading derives is kept there for the next load (cache.py)."""
-        from packlm.tokenizer import cache
+        `cache_dir`, what loading derives is kept there for the next load (obtain.py)."""
+        from packlm.tokenizer import obtain
 
         special_tokens = check_special_tokens(special_tokens)
 
@@ -245,7 +245,7 @@ class Tokenizer:
             return cls(vocab, merges, special_tokens, pattern, engine=engine)
 
         options = {"files": "gpt2", "special_tokens": special_tokens, "pattern": pattern}
-        return cache.with_tables(cls, cache_dir, [vocab_path, merges_path], options, build, engine)
+        return obtain.with_tables(cls, cache_dir, [vocab_path, merges_path], options, build, engine)
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write vocab.json, merges.txt and tokenizer_config.json (each atomically)."""
@@ -260,11 +260,11 @@ class Tokenizer:
         cache_dir: str | os.PathLike | None = None,
     ) -> Tokenizer:
         """Load a directory written by `save` (its digest checked); `cache_dir` as in from_files."""
-        from packlm.tokenizer import cache
+        from packlm.tokenizer import obtain
 
         files = [os.path.join(directory, name) for name in formats.SAVED_FILES]
         build = lambda: formats.load_dir(cls, directory, engine=engine)  # noqa: E731
-        return cache.with_tables(cls, cache_dir, files, {"files": "saved"}, build, engine)
+        return obtain.with_tables(cls, cache_dir, files, {"files": "saved"}, build, engine)
 
     def save_hf(self, path: str | os.PathLike) -> None:
         """Write a Hugging Face tokenizer.json giving the same ids."""
