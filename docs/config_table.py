@@ -1,7 +1,7 @@
-"""README's configuration table, generated from the config dataclasses (defaults written once).
+"""docs/configuration.md's table of every key, generated from the config dataclasses (defaults written once).
 
-    python docs/config_table.py           # rewrite the table in README.md
-    python docs/config_table.py --check   # exit 1 if README's table is not current (a test runs this)
+    python docs/config_table.py           # rewrite the table in docs/configuration.md
+    python docs/config_table.py --check   # exit 1 if the table is not current (a test runs this)
 
 Each row is one key: its default as the composed config gives it (the dataclass default,
 or what conf/ sets instead, such as `data.seed: ${seed}`), and its meaning, the attribute
@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 
 from packlm.config import CONFIG_DIR, PackLMConfig
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parent / "configuration.md"
 START, END = "<!-- config-table:start -->", "<!-- config-table:end -->"
 
 
@@ -89,16 +89,16 @@ def with_table(readme: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README is not current")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the table is not current")
     args = parser.parse_args()
-    current = README.read_text(encoding="utf-8")
+    current = PAGE.read_text(encoding="utf-8")
     wanted = with_table(current)
     if args.check:
         if wanted != current:
-            print("README's configuration table is not current: run python docs/config_table.py")
+            print("docs/configuration.md is not current: run python docs/config_table.py")
             return 1
         return 0
-    README.write_text(wanted, encoding="utf-8")
+    PAGE.write_text(wanted, encoding="utf-8")
     return 0
 
 

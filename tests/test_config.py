@@ -1,5 +1,5 @@
 """Each config default is written once: in the dataclasses. conf/ restates none of them,
-every key has a docstring, and README's configuration table is the one they generate."""
+every key has a docstring, and docs/configuration.md's table is the one they generate."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ GROUPS = {
 }
 
 
-def test_readme_configuration_table_is_current():
+def test_the_configuration_table_is_current():
     table = config_table()
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert table.with_table(readme) == readme, "run: python docs/config_table.py"
 
 
