@@ -50,6 +50,17 @@ class StepMetrics(L.Callback):
         if self._is_logging_step(trainer):
             self._log(trainer, pl_module)
 
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Steps since the last logging step still reach the loggers as cumulative counts, so
+        the last `tokens/*` point (HParams' column, `packlm.compare`) is the run's total, the
+        one the terminal summary prints."""
+        if not any(self._since_log[k] for k in COUNTS):
+            return
+        counts = {f"tokens/{k}": float(n) for k, n in pl_module.tokens_seen.items()}
+        for logger in trainer.loggers:  # Lightning's index of the k-th optimizer step is k-1
+            logger.log_metrics(counts, step=trainer.global_step - 1)
+        self._since_log = dict.fromkeys(("seconds", *COUNTS), 0.0)
+
     @staticmethod
     def _is_logging_step(trainer: L.Trainer) -> bool:
         """The steps on which the Trainer writes to its loggers (every log_every_n_steps)."""

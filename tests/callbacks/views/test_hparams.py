@@ -68,3 +68,5 @@ def test_the_keys_a_sweep_varies_are_shown_first(config, tmp_path):
     experiment, _ = written(tmp_path, callback)
     shown = {i.name for i in experiment.hparam_infos if i.differs}
     assert shown == {"model.n_layer", *SHOWN[:4]}
+    columns = [i.name for i in experiment.hparam_infos]
+    assert columns[:5] == ["model.n_layer", *SHOWN[:4]]  # the swept key is the first column

@@ -3,7 +3,7 @@
 TensorBoard's HParams tab ticks only the first 5 hyperparameters of the experiment by
 default (those marked `differs` first, then by name), shows booleans as numbers unless
 their domain says otherwise, and has no "null". So the experiment is declared here:
-the data choices a sweep varies are the 5 shown, every value has a typed domain, null is
+the data choices a sweep varies are the 5 shown, and its first columns, every value has a typed domain, null is
 written as the string "none", and the metric columns are val/loss, val/bpb and the
 supervised tokens seen (read from the run's own scalars: no placeholder values).
 """
@@ -78,7 +78,8 @@ def hparams_summaries(
 ) -> list[Any]:
     """The experiment declaration and the run's session start, as Summary protos
     (`trial_id`: the name of the run in the table; default, a hash of the values)."""
-    hparams = [hp.HParam(name, _domain(name, value)) for name, value in params.items()]
+    order = [*(k for k in shown if k in params), *(k for k in params if k not in shown)]
+    hparams = [hp.HParam(name, _domain(name, params[name])) for name in order]  # columns
     metrics = [hp.Metric(tag, display_name=name) for tag, name in METRICS]
     experiment = hp.hparams_config_pb(hparams=hparams, metrics=metrics)
     plugin_data = experiment.value[0].metadata.plugin_data
