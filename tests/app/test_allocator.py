@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+
 from packlm.train import allocator
 
 glibc_only = pytest.mark.skipif(not allocator.is_glibc(), reason="the thresholds are glibc's")

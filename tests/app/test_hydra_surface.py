@@ -17,10 +17,10 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from lightning.pytorch.callbacks import ModelCheckpoint
-from packlm import trainer_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from helpers.runs import ROOT, tiny_overrides
+from packlm import trainer_config
 from packlm.config import CONFIG_DIR, validate_config
 from packlm.errors import ConfigError
 from packlm.train import main, train

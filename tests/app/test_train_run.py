@@ -100,9 +100,7 @@ def test_the_last_logged_token_counts_are_the_summarys_totals(compose_tiny, tmp_
     """7 steps logged every 3: steps 7's counts still reach TensorBoard, so HParams' column
     and the terminal summary give the same supervised tokens."""
     run = tmp_path / "run"
-    metrics = train(
-        compose_tiny("trainer.max_steps=7", "trainer.log_every_n_steps=3"), run_dir=run
-    )
+    metrics = train(compose_tiny("trainer.max_steps=7", "trainer.log_every_n_steps=3"), run_dir=run)
     supervised = read_events(run).Scalars("tokens/supervised")
     assert supervised[-1].step == 6  # the 7th step
     assert supervised[-1].value == metrics["tokens/supervised"] > supervised[-2].value

@@ -10,8 +10,8 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
-from packlm import precision
 
+from packlm import precision
 from packlm.model import fused, masks
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.loss import grad_norm
