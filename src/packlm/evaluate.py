@@ -3,7 +3,8 @@
 Every token of the given documents is a target exactly once (the validation windows of
 DESIGN.md: stride = window, no offset, tail = pad), read by the same source readers as
 training and encoded with the checkpoint's own tokenizer. Prints JSON: loss (nats per
-supervised token), ppl, bits per byte and the token counts. Window, packing and the reader
+supervised token), ppl, bits per byte and the token counts, after a progress bar over the
+windows and the same figures as a table on stderr. Window, packing and the reader
 options are the checkpoint's unless given (data.window=..., data.packing=...).
 """
 
@@ -20,6 +21,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
+from tqdm.auto import tqdm
 
 from packlm.checkpoint.load import load_checkpoint, tokenizer_config_of
 from packlm.config import CONFIG_DIR
@@ -52,7 +54,7 @@ def eval_data_config(saved: dict[str, Any], overrides: dict[str, Any]) -> DataCo
 
 @torch.no_grad()
 def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: str | Path,
-             device: str = "cpu") -> dict[str, Any]:  # fmt: skip
+             device: str = "cpu", progress: bool = False) -> dict[str, Any]:  # fmt: skip
     from packlm.data.datamodule import PackedDataModule
     from packlm.data.store.prepared import prepare_stores
 
@@ -72,7 +74,10 @@ def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: s
     model.to(device).eval()
     byte_lengths = torch.as_tensor(ckpt.tokenizer.token_byte_lengths(), device=device)  # [V]
     nats, supervised, n_bytes, windows = 0.0, 0, 0, 0
-    for batch in dm.val_dataloader():
+    loader = dm.val_dataloader()
+    for batch in tqdm(
+        loader, total=len(loader), desc="scoring", unit="batch", disable=not progress
+    ):
         batch = {k: v.to(device) for k, v in batch.items() if torch.is_tensor(v)}
         inputs = (batch["input_ids"], batch["segment_ids"], batch["position_ids"])  # [B, T] each
         sum_ce, _ = head_cross_entropy(model, model, inputs, batch["labels"])  # the loss's path
@@ -101,13 +106,27 @@ def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: s
     }
 
 
+def summary_table(result: dict[str, Any]) -> str:
+    """The result as a person reads it (stderr); stdout keeps the JSON for tools."""
+    bpb = "n/a" if result["bpb"] is None else f"{result['bpb']:.4f}"
+    rows = [
+        ("loss (nats/token)", f"{result['loss']:.4f}"), ("ppl", f"{result['ppl']:,.2f}"),
+        ("bits per byte", bpb), ("documents", f"{result['documents']:,}"),
+        ("tokens", f"{result['tokens']:,}"), ("supervised", f"{result['supervised_tokens']:,}"),
+        ("bytes", f"{result['bytes']:,}"), ("windows", f"{result['windows']:,}"),
+    ]  # fmt: skip
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value:>14}" for name, value in rows)
+
+
 @hydra.main(config_path=CONFIG_DIR, config_name="evaluate", version_base=None)
 def main(cfg: DictConfig) -> None:
     """Bad input (config, files, a missing extra) prints one line and exits 2 (config) or 1;
     HYDRA_FULL_ERROR=1 shows the traceback."""
     with one_line_errors(ValueError, OSError, ImportError, StoreError, MissingMandatoryValue):
         overrides = OmegaConf.to_container(cfg.data, resolve=True, throw_on_missing=True)
-        result = evaluate(cfg.ckpt_path, overrides, cfg.cache_dir, cfg.device)
+        result = evaluate(cfg.ckpt_path, overrides, cfg.cache_dir, cfg.device, progress=True)
+    print(summary_table(result), file=sys.stderr)
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")
 

@@ -73,6 +73,10 @@ def test_command_prints_json(held_out, tmp_path):
     result = json.loads(out.stdout)
     assert (result["documents"], result["window"], result["packing"]) == (1, 8, "none")
     assert result["supervised_tokens"] == result["tokens"] - 1 and result["windows"] >= 2
+    assert "scoring" in out.stderr  # the progress bar
+    table = dict(line.rsplit(None, 1) for line in out.stderr.splitlines()[-8:])
+    assert table["bits per byte"] == f"{result['bpb']:.4f}"
+    assert table["supervised"] == f"{result['supervised_tokens']:,}"
 
 
 def test_needs_files_to_score(held_out, tmp_path):
