@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from packlm.config_group import ConfigGroup
@@ -141,14 +142,26 @@ NOT_IN_NAMES = ("cache_dir", "ckpt_path", "init_from", "data.sources", "data.val
 
 
 def swept_keys() -> set[str]:
-    """The keys a Hydra sweep varies: the command-line overrides written as a sweep (a,b /
-    range(...), not a list value [a,b]) and a sweeper's own params; empty outside a sweep."""
+    """The keys a Hydra sweep varies: the overrides written as a sweep (a,b / range(...), not
+    a list value [a,b]) and a sweeper's own params; empty outside a sweep."""
     if not HydraConfig.initialized():
         return set()
-    typed = [a.lstrip("+~") for a in sys.argv[1:] if SWEEP_SYNTAX.match(a.lstrip("+~"))]
-    varied = {a.split("=", 1)[0] for a in typed}
-    params = OmegaConf.select(HydraConfig.get(), "sweeper.params", default=None) or {}
+    hydra = HydraConfig.get()
+    varied = {a.split("=", 1)[0] for a in _sweep_overrides(hydra) if SWEEP_SYNTAX.match(a)}
+    params = OmegaConf.select(hydra, "sweeper.params", default=None) or {}
     return varied | set(params.keys())
+
+
+def _sweep_overrides(hydra: DictConfig) -> list[str]:
+    """The overrides the sweep was started with: the sweep's own record, which Hydra writes
+    to `<sweep dir>/multirun.yaml` before it launches a job (a job a launcher runs in another
+    process, joblib's or submitit's, has another command line), else this command line."""
+    record = Path(str(OmegaConf.select(hydra, "sweep.dir", default=""))) / "multirun.yaml"
+    if hydra.mode == RunMode.MULTIRUN and record.is_file():
+        task = OmegaConf.select(OmegaConf.load(record), "hydra.overrides.task", default=None)
+        if task is not None:
+            return [str(a).lstrip("+~") for a in task]
+    return [a.lstrip("+~") for a in sys.argv[1:]]
 
 
 def sweep_subdir() -> str:
