@@ -76,7 +76,7 @@ def clean(tmp_path_factory, tiny_corpus):
 CHILD = """
 import os, signal, sys
 from packlm.cache import entry as cache_entry
-from packlm.tokenizer import cache as tokenizer_cache
+from packlm.tokenizer import obtain as tokenizer_cache
 from packlm.data.config import DataConfig
 from packlm.data.store.prepared import prepare_stores
 from packlm.tokenizer import formats
