@@ -6,15 +6,17 @@ nothing but the checkpoint file is needed.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import hydra
+import torch
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
 from packlm.checkpoint.load import load_checkpoint
 from packlm.config import CONFIG_DIR
-from packlm.errors import one_line_errors
+from packlm.errors import ConfigError, one_line_errors
 from packlm.model.sampling import sample_text
 from packlm.model.transformer import Transformer
 
@@ -31,6 +33,7 @@ def generate(
 ) -> list[str]:
     """Texts (prompt + continuation) sampled from the checkpoint's model (the bare
     Transformer: sampling needs neither the LightningModule nor Lightning)."""
+    check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed, device)
     checkpoint = load_checkpoint(ckpt_path)  # clear errors naming ckpt_path
     model = Transformer(checkpoint.model)
     model.load_state_dict(checkpoint.weights)
@@ -49,6 +52,36 @@ def generate(
         )
         for k in range(num_samples)
     ]
+
+
+def check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed, device) -> None:
+    """Refuse meaningless options before the checkpoint is read: a negative or zero
+    `max_new_tokens` used to print the prompt and exit 0, a NaN temperature to sample noise."""
+
+    def integer(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not isinstance(prompt, str):
+        raise ConfigError(f"prompt={prompt!r}: must be a string (quote it: 'prompt=\"...\"')")
+    for key, value in (("max_new_tokens", max_new_tokens), ("num_samples", num_samples)):
+        if not integer(value) or value < 1:
+            raise ConfigError(f"{key}={value!r}: must be a positive integer")
+    if not (integer(temperature) or isinstance(temperature, float)) or not (
+        math.isfinite(temperature) and temperature >= 0
+    ):
+        raise ConfigError(f"temperature={temperature!r}: must be a finite number >= 0 (0: greedy)")
+    if top_k is not None and (not integer(top_k) or top_k < 1):
+        raise ConfigError(f"top_k={top_k!r}: must be a positive integer or null (no top-k)")
+    if not integer(seed) or not 0 <= seed < 2**63:
+        raise ConfigError(f"seed={seed!r}: must be an integer from 0 to 2**63 - 1")
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise ConfigError(
+            f"device={device!r}: not a torch device (cpu, cuda, cuda:1, mps)"
+        ) from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r}: CUDA is not available here (device=cpu)")
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="generate", version_base=None)

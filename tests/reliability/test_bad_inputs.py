@@ -301,7 +301,7 @@ def _tokenizer_dir(checkpoint: Path) -> Path:
     ("damage", "message"),
     [
         ("missing", r"ckpt_path=.*absent\.ckpt: no such checkpoint"),
-        ("truncated", r"ckpt_path=.*broken\.ckpt: cannot read the checkpoint"),
+        ("truncated", r"ckpt_path=.*broken\.ckpt: not a checkpoint \(not a torch zip archive"),
         ("foreign", r"ckpt_path=.*foreign\.ckpt: not a packlm training checkpoint"),
     ],
 )

@@ -4,7 +4,8 @@
    from) -> its `digest`, the entry's directory name; `describe_change` says why an entry
    is rebuilt ("tokenizer.vocab_size: 4096 -> 512").
 2. `entry.py`: one entry is a directory that appears whole or not at all: built in a hidden
-   temporary sibling under an exclusive lock, then renamed into place; `mark_used` dates a hit.
+   temporary sibling under an exclusive lock, then renamed into place; `mark_used` dates a hit;
+   `hold` records that a live run reads it, so it is not removed under the run.
 3. `inventory.py`: the entries of a cache directory (what, how big, last used, built from),
    and removing them under their lock; `python -m packlm.cache` (`__main__.py`) lists,
    removes and prunes them.

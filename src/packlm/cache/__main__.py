@@ -8,6 +8,8 @@
 
 Sweeps over the tokenizer or the data write one entry per setting; nothing removes them but
 this. `--cache-dir` defaults to what train.py uses ($PACKLM_CACHE, else .cache/packlm).
+An entry a live run holds is never removed: `remove` refuses it, naming the run (exit 1),
+`prune` skips it and says so.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import os
 import sys
 
+from packlm.cache.entry import EntryInUse, holders, in_use_message
 from packlm.cache.inventory import Entry, entries, remove
 from packlm.data.store.prepared import DEFAULT_CACHE_DIR
 
@@ -54,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
             chosen += matches
     else:
         chosen = prune_choice(found, args.unused_days, args.max_gb)
+        for entry in list(chosen):
+            owners = holders(entry.path)
+            if owners:
+                chosen.remove(entry)
+                print(f"skipping {in_use_message(entry.path, owners)}")
     if not chosen:
         print("nothing to remove")
         return 0
@@ -61,10 +69,19 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "dry_run", False):
         print(f"would remove {len(chosen)} entries, {_size(sum(e.bytes for e in chosen))}")
         return 0
+    removed, refused = [], []
     for entry in chosen:
-        remove(entry)
-    print(f"removed {len(chosen)} entries, {_size(sum(e.bytes for e in chosen))}")
-    return 0
+        try:
+            remove(entry)
+            removed.append(entry)
+        except EntryInUse as e:  # remove refuses; prune skips one a run opened meanwhile
+            refused.append(entry)
+            if args.command == "remove":
+                print(f"error: {e.strerror}", file=sys.stderr)
+            else:
+                print(f"skipping {e.strerror}")
+    print(f"removed {len(removed)} entries, {_size(sum(e.bytes for e in removed))}")
+    return 1 if refused and args.command == "remove" else 0
 
 
 def prune_choice(

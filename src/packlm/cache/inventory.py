@@ -5,8 +5,10 @@
    on disk, when it was last used (its modification time: `mark_used` sets it on each hit)
    and, in a few words, what it was built from.
 2. `remove(entry)`: under the entry's lock, so never half of an entry a run is building;
-   renamed aside first, then deleted, so a run starting now finds it whole or not at all.
-   A run already reading it keeps its open files; the next run that needs it rebuilds it.
+   refused (EntryInUse, naming the run) while a live run holds it (`entry.hold`); renamed
+   aside, checked for a reader once more (a run that opened it meanwhile: renamed back and
+   refused), then deleted, so a run starting now finds it whole or not at all. The next run
+   that needs it rebuilds it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from packlm.cache.entry import locked
+from packlm.cache.entry import holders, locked, refuse_if_in_use, release_dir
 from packlm.data.store.prepared import STORES_DIR
 from packlm.data.store.token_store import MANIFEST_FILE
 from packlm.tokenizer.obtain import CACHE_FILE, TABLES_DIR, TOKENIZERS_DIR
@@ -52,13 +54,20 @@ def entries(cache_dir: str | Path) -> list[Entry]:
 
 
 def remove(entry: Entry) -> None:
-    """Delete one entry, waiting for a run that is building it (see the module's docstring)."""
+    """Delete one entry, waiting for a run that is building it; EntryInUse when a live run
+    holds it (see the module's docstring)."""
     lock = entry.path.with_name(f".{entry.path.name}.lock")
     with locked(entry.path):
+        refuse_if_in_use(entry.path)
         if entry.path.exists():
             aside = entry.path.with_name(f".{entry.path.name}.old-{uuid.uuid4().hex[:8]}")
             os.replace(entry.path, aside)
+            owners = holders(entry.path)
+            if owners:  # a run recorded itself after the check: its entry stays
+                os.replace(aside, entry.path)
+                refuse_if_in_use(entry.path, owners)
             shutil.rmtree(aside) if aside.is_dir() else aside.unlink()
+        release_dir(entry.path)
         lock.unlink(missing_ok=True)  # a run waiting on it retries on a fresh lock file
 
 

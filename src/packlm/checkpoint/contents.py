@@ -7,6 +7,7 @@ tool that only reads a checkpoint never imports Lightning (about 4 s of start-up
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,13 @@ def run_dir_of(ckpt_path: Path) -> Path:
 
 
 def read_checkpoint(path: Path, key: str = "ckpt_path") -> dict[str, Any]:
-    """The checkpoint's plain parts (memory-mapped tensors), or a ConfigError naming the file."""
+    """The checkpoint's plain parts (memory-mapped tensors), or a ConfigError naming the file.
+
+    torch.save writes a zip archive; anything else (random bytes, a file cut short, which
+    loses the archive's directory at its end) is said so, not with torch's advice to save
+    with `_use_new_zipfile_serialization` that mmap gives for any non-zip file."""
+    if path.is_file() and not zipfile.is_zipfile(path):
+        raise ConfigError(f"{key}={path}: not a checkpoint (not a torch zip archive / truncated)")
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # truncated, not a checkpoint, unreadable

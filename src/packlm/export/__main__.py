@@ -24,7 +24,7 @@ from packlm.data.config import DataConfig
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
 from packlm.export import FORMATS
-from packlm.export.output import output_dir
+from packlm.export.output import MARKER, destination, output_dir
 from packlm.prepare import logs_to_stderr
 from packlm.tokenizer.config import TokenizerConfig
 
@@ -38,7 +38,8 @@ class ExportConfig(PackLMConfig):
     out: str = "???"
     """The folder to write; it must be absent or empty unless `overwrite`."""
     overwrite: bool = False
-    """Replace a non-empty `out` (its old content is removed)."""
+    """Replace an earlier export in `out` (its old content is removed); any other non-empty
+    folder is refused."""
 
 
 ConfigStore.instance().store(name="packlm_export_schema", node=ExportConfig)
@@ -53,15 +54,14 @@ def export(cfg: DictConfig) -> dict:
         raise ConfigError("ckpt_path: format=hf exports a checkpoint (ckpt_path=<file.ckpt>)")
     if fmt == "tiktoken" and not ckpt_path and cfg.tokenizer.path is None:
         raise ConfigError("format=tiktoken: give ckpt_path=<file.ckpt> or tokenizer.path=<dir>")
-    if fmt in ("hf", "tiktoken") and cfg.out in (None, ""):
-        raise ConfigError("out: give the folder to write the export into (out=<dir>)")
+    dest = destination(cfg.out, cfg.overwrite)  # before anything is read
     if fmt == "hf":
         from packlm.export.hf import require_hf
 
         require_hf()  # before reading anything
     ckpt = load_checkpoint(ckpt_path) if ckpt_path else None
     notes: list[str] = []
-    with output_dir(cfg.out, cfg.overwrite) as tmp:
+    with output_dir(dest, cfg.overwrite) as tmp:
         if fmt == "hf":
             from packlm.export.hf import export_hf
 
@@ -72,8 +72,8 @@ def export(cfg: DictConfig) -> dict:
             export_tiktoken(ckpt.tokenizer if ckpt else _tokenizer_at(cfg.tokenizer), tmp)
         else:
             notes = _export_stores(cfg, fmt, ckpt, tmp)
-        files = sorted(p.name for p in tmp.iterdir())
-    return {"format": fmt, "out": str(Path(cfg.out).resolve()), "files": files, "notes": notes}
+        files = sorted(p.name for p in tmp.iterdir() if p.name != MARKER)
+    return {"format": fmt, "out": str(dest), "files": files, "notes": notes}
 
 
 def _tokenizer_at(cfg: DictConfig):

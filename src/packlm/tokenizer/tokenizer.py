@@ -69,7 +69,7 @@ class Tokenizer:
 
     @classmethod
     def _from_tables(cls, tables: dict, engine: str = "auto") -> Tokenizer:
-        """The tokenizer whose `_tables()` these are (kept by cache.py for the same files):
+        """The tokenizer whose `_tables()` these are (kept by obtain.py for the same files):
         nothing is checked again; merges become Python objects only when asked for."""
         self = cls.__new__(cls)
         self._set_options(tables["pattern"], engine)
@@ -86,7 +86,7 @@ class Tokenizer:
         return self
 
     def _tables(self) -> dict:
-        """What a load derives from its files, for cache.py to keep (exact: no check skipped)."""
+        """What a load derives from its files, for obtain.py to keep (exact: no check skipped)."""
         return {"table": self._table, "byte_ids": self._byte_ids, "pattern": self.pattern,
                 "merge_ids": self._merge_ids, "special_token_ids": self.special_token_ids,
                 "digest": self.digest(), "tiktoken": self._tiktoken_ranks() is not None}  # fmt: skip

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packlm.cache.entry import locked, mark_used
+from packlm.cache.entry import hold, locked, mark_used
 from packlm.cache.fingerprint import describe_change, digest, latest
 from packlm.data.config import DataConfig
 from packlm.data.store.build import StoreHeader, build_stores
@@ -85,6 +85,8 @@ def prepare_stores(
         cache_dir,
         progress,
     )
+    if tokenizer.path is None:  # the cached one, held like the store below
+        hold(tok_dir)
     eos_id = _special_id(tok, tok_dir, tokenizer, tokenizer.special_tokens[0])
     pad_id = _special_id(tok, tok_dir, tokenizer, PAD_TOKEN)
     fingerprint = {
@@ -110,6 +112,7 @@ def prepare_stores(
                 )
                 workers = _workers(num_workers, corpus.total_bytes)
                 stores = build_stores(corpus, tok, header, dest, workers, progress)
+    hold(dest)  # for this process's life: `python -m packlm.cache` refuses to remove it
     train, val = stores
     return PreparedData(tok, tok_dir, train.path, val.path, train.manifest, val.manifest)
 
