@@ -1,16 +1,12 @@
 """The hand-written RMSNorm, rotary, attention-heads and SwiGLU Functions equal the composite
-forms they replace, and the CPU precision rules: float32 attention under bf16 autocast,
+forms they replace, and the precision rules: float32 attention on CPU under bf16 autocast,
 trainer.precision=auto."""
 
 from __future__ import annotations
 
-import math
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
-from packlm import precision
 
 from packlm.model import fused, masks
 from packlm.model.lit_module import LitCausalLM
@@ -117,38 +113,25 @@ def test_attention_runs_in_float32_on_cpu_under_16_bit_precision():
         assert masks.attention_dtype(x) == torch.float32
 
 
-@pytest.mark.parametrize(("gain", "expected"), [(3.9, "bf16-mixed"), (1.2, "32-true"), (0.5, "32-true"), (0.0, "32-true")])  # fmt: skip
-def test_precision_auto_follows_the_measured_bf16_gain(monkeypatch, gain, expected):
-    """bf16-mixed only where a bf16 matmul is measured BF16_MATMUL_GAIN x faster than float32:
-    CPUs with the same flags differ (AVX512-BF16 without AMX: 0.5x on one, 3.9x on another)."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(precision, "cpu_bf16_matmul_gain", lambda: gain)
-    config = TrainerConfig().validate()
+@pytest.mark.parametrize(
+    ("cuda", "bf16", "accelerator", "expected"),
+    [(False, False, "auto", "32-true"), (False, False, "cpu", "32-true"),
+     (True, True, "auto", "bf16-mixed"), (True, True, "gpu", "bf16-mixed"),
+     (True, True, "cpu", "32-true"), (True, False, "auto", "32-true")],
+)  # fmt: skip
+def test_precision_auto_is_bf16_mixed_on_cuda_with_bf16_else_32_true(
+    monkeypatch, cuda, bf16, accelerator, expected
+):
+    """A fixed rule: a CPU trains in float32 whatever it is, with nothing measured at start-up
+    (a gain once left in the environment for DDP ranks decides nothing either)."""
+    monkeypatch.setenv("PACKLM_CPU_BF16_GAIN", "3.9")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    config = TrainerConfig(accelerator=accelerator).validate()
     assert config.precision == "auto"
     assert config.trainer_kwargs().get("precision", "32-true") == expected
+    assert TrainerConfig(precision="bf16-mixed").trainer_kwargs()["precision"] == "bf16-mixed"
     assert TrainerConfig(precision="64-true").trainer_kwargs()["precision"] == "64-true"
-    assert TrainerConfig(accelerator="cpu").trainer_kwargs().get("precision", "32-true") == expected
-
-
-def test_the_bf16_gain_is_measured_once_and_handed_to_later_processes(monkeypatch):
-    """Measured without touching the global RNG, once a process; the figure is left in the
-    environment that DDP ranks inherit, and a process that finds it there does not measure."""
-    monkeypatch.delenv(precision.GAIN_ENV, raising=False)
-    precision.cpu_bf16_matmul_gain.cache_clear()
-    state = torch.random.get_rng_state()
-    gain = precision.cpu_bf16_matmul_gain()
-    assert torch.equal(torch.random.get_rng_state(), state)
-    assert math.isfinite(gain) and gain >= 0
-    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        assert gain > 0
-    assert precision.cpu_bf16_matmul_gain() == gain  # cached
-    assert float(os.environ[precision.GAIN_ENV]) == gain
-
-    monkeypatch.setenv(precision.GAIN_ENV, "0.25")  # a rank started by this process
-    precision.cpu_bf16_matmul_gain.cache_clear()
-    monkeypatch.setattr(torch, "randn", None)  # measuring now would fail
-    assert precision.cpu_bf16_matmul_gain() == 0.25
-    precision.cpu_bf16_matmul_gain.cache_clear()
 
 
 @pytest.mark.parametrize(("precision", "fused_adamw"), [("32-true", True), ("bf16-mixed", True)])
