@@ -9,9 +9,8 @@ At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one
    SDPA, tied head, no biases), eager; and LitCausalLM in a Lightning Trainer with
    StepMetrics (eager, model.compile=true) against the same bare loops. The reference runs
    in float32, as nanoGPT's train.py does on any CPU; packlm in what trainer.precision=auto
-   picks (bf16-mixed on a CPU whose bf16 matmul is measured 1.5x faster, with float32
-   attention; else float32), and both are also
-   shown under the other's precision, so the ratio of the recipe and of the model are apart.
+   picks (32-true on a CPU), and both are also shown under bf16-mixed (with packlm's float32
+   attention), so the ratio of the recipe and of the model are apart.
 2. Forward + backward with document masks vs is_causal (stream rows), with the additive
    float mask the model uses and with a bool mask; and the two CPU attention paths with
    document masks: matmul (what model.attention=auto takes up to T=64) vs SDPA's flash
@@ -19,8 +18,8 @@ At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one
    vocab 4096, 32 x 128 tokens; in auto's precision) through the chunked head
    (fused.linear_cross_entropy, what the eager CPU step takes for logits this large) vs
    logits + F.cross_entropy. GPU figures: bench/gpu.py.
-Every contender runs with glibc's malloc thresholds set as train.py sets them
-(`train.keep_freed_memory`, run/allocator.py: a step's freed memory stays for the next);
+Every contender runs with glibc's malloc thresholds set as `train.keep_freed_memory=true` sets
+them (train/allocator.py, off by default in train.py: a step's freed memory stays for the next);
 `--glibc-default` leaves them as glibc sets them, for every contender.
 A step's time is the wall time between consecutive step ends (data fetch included). The
 contenders take turns, one run each per repeat (the headline pair, reference and Lightning
@@ -286,8 +285,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--glibc-default", dest="keep_freed", action="store_false",
-        help="leave glibc's malloc thresholds as they are (train.keep_freed_memory=false) for "
-        "every contender; by default they are set as train.py sets them, for every contender",
+        help="leave glibc's malloc thresholds as they are (train.keep_freed_memory=false, "
+        "train.py's default) for every contender; by default they are set as "
+        "train.keep_freed_memory=true sets them, for every contender",
     )  # fmt: skip
     args = parser.parse_args()
     kept = keep_freed_memory() if args.keep_freed else False

@@ -57,9 +57,11 @@ class TrainConfig(ConfigGroup):
     """New tokens per generated text sample."""
     validate_at_end: bool = True
     """Run a last validation on the final weights and print val/loss and val/bpb."""
-    keep_freed_memory: bool = True
+    keep_freed_memory: bool = False
     """Keep the memory a step frees for the next step instead of returning it to the OS
-    (glibc's malloc thresholds; packlm/train/allocator.py): 10-15% of a CPU step was page faults."""
+    (glibc's malloc thresholds, for the whole process; packlm/train/allocator.py): 10-15% of a
+    CPU step was page faults. The same from the shell: MALLOC_MMAP_THRESHOLD_=33554432
+    MALLOC_TRIM_THRESHOLD_=1073741824."""
     checkpoint_every_n_steps: int | None = 100
     """Write checkpoints/last.ckpt every this many optimizer steps (and at the end, and on
     SIGTERM/Ctrl-C); a SIGKILL loses at most this many steps. null: only at the end/stop."""

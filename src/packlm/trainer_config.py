@@ -91,7 +91,7 @@ class TrainerConfig(ConfigGroup):
     strategy: str = "auto"
     """auto, ddp, ddp_spawn, ... (ddp on CPU: `trainer.accelerator=cpu trainer.devices=2`)."""
     precision: str = "auto"
-    """auto (bf16-mixed where bf16 matmuls are faster: measured on a CPU; else 32-true), 32-true, bf16-mixed, 16-mixed, bf16-true, 64-true."""
+    """auto (bf16-mixed on a CUDA GPU with bf16, else 32-true), 32-true, bf16-mixed, 16-mixed, bf16-true, 64-true."""
     max_steps: int = 950
     """Optimizer steps of the run (-1: no limit; see train.max_supervised_tokens)."""
     max_epochs: int = -1

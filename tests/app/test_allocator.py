@@ -1,8 +1,10 @@
-"""train.keep_freed_memory: a repeated training step takes no new pages from the OS."""
+"""train.keep_freed_memory (off by default: it changes the whole process): a repeated training
+step takes no new pages from the OS; glibc's environment variables do the same from the shell."""
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -10,6 +12,7 @@ import textwrap
 
 import pytest
 
+from packlm.config import TrainConfig
 from packlm.train import allocator
 
 glibc_only = pytest.mark.skipif(not allocator.is_glibc(), reason="the thresholds are glibc's")
@@ -69,10 +72,11 @@ STEPS = textwrap.dedent(
 )
 
 
-def _faults_per_step(script: str, mode: str) -> dict:
+def _faults_per_step(script: str, mode: str, env: dict | None = None) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, "-c", script, mode],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})},
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -84,6 +88,24 @@ def test_kept_freed_memory_is_not_given_back_and_faulted_in_again():
     assert kept["kept"] is True
     assert default["faults_per_step"] >= 1024, default  # >= half the 8 MiB each step
     assert kept["faults_per_step"] < 16, kept
+
+
+@glibc_only
+def test_glibc_environment_variables_keep_freed_memory_as_the_key_does():
+    """The shell's way, which allocator.py's docstring and the key's description give."""
+    env = {
+        "MALLOC_MMAP_THRESHOLD_": str(allocator.MMAP_THRESHOLD),
+        "MALLOC_TRIM_THRESHOLD_": str(allocator.TRIM_THRESHOLD),
+    }
+    assert env == {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824"}
+    from_env = _faults_per_step(BLOCKS, "default", env)
+    assert from_env["kept"] is None  # mallopt not called
+    assert from_env["faults_per_step"] < 16, from_env
+
+
+def test_keep_freed_memory_is_off_unless_asked():
+    """mallopt is process-wide (a notebook's, a test run's allocations too): opt-in only."""
+    assert TrainConfig().keep_freed_memory is False
 
 
 @glibc_only

@@ -1,11 +1,8 @@
-"""The hand-written RMSNorm, rotary, attention-heads and SwiGLU Functions equal the composite
-forms they replace, and the CPU precision rules: float32 attention under bf16 autocast,
+"""The chunked head (fused.linear_cross_entropy) equals the head and F.cross_entropy, rotary
+turns pairs, and the precision rules: float32 attention on CPU under bf16 autocast,
 trainer.precision=auto."""
 
 from __future__ import annotations
-
-import math
-import os
 
 import pytest
 import torch
@@ -13,8 +10,10 @@ import torch.nn.functional as F
 
 from packlm import precision
 from packlm.model import fused, masks
+from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.loss import grad_norm
+from packlm.model.transformer import Transformer, rotate
 from packlm.trainer_config import TrainerConfig
 
 
@@ -26,86 +25,35 @@ def angles(B: int, T: int, D: int, dtype: torch.dtype) -> tuple[torch.Tensor, to
     return theta.cos(), theta.sin()
 
 
-def test_rms_norm_passes_gradcheck_and_equals_f_rms_norm():
-    x = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x, w: fused._RMSNorm.apply(x, w, 1e-6, None), (x, w))
-
-    x32 = torch.randn(4, 7, 32) * 3
-    w32 = torch.randn(32)
-    for a in (x32, w32):
-        a.requires_grad_(True)
-    g = torch.randn(4, 7, 32)
-    ours = fused.rms_norm(x32, w32, 1e-6)
-    ref = F.rms_norm(x32, (32,), w32, 1e-6)
-    torch.testing.assert_close(ours, ref)
-    for a, b in zip(
-        torch.autograd.grad(ours, (x32, w32), g),
-        torch.autograd.grad(ref, (x32, w32), g),
-        strict=True,
-    ):
-        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
-
-
-def test_rms_norm_under_autocast_gives_what_the_next_matmul_would_take():
-    """float32 in, autocast's bf16 out: F.rms_norm's float32 result rounded once (what
-    autocast's cast before the matmul did), and the same float32 gradients."""
-    x = (torch.randn(4, 7, 32) * 3).requires_grad_(True)
-    w = torch.randn(32).requires_grad_(True)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        ours = fused.rms_norm(x, w, 1e-6)
-    ref = F.rms_norm(x, (32,), w, 1e-6).bfloat16()
-    assert ours.dtype == torch.bfloat16
-    torch.testing.assert_close(ours, ref, atol=0, rtol=0)
-    g = torch.randn(4, 7, 32).bfloat16()
-    for a, b in zip(
-        torch.autograd.grad(ours, (x, w), g), torch.autograd.grad(ref, (x, w), g), strict=True
-    ):
-        assert a.dtype == torch.float32
-        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
-
-
-def test_split_heads_passes_gradcheck_and_equals_split_rotate_chunk():
+def test_rotary_turns_each_pair_keeps_its_length_and_the_opposite_angle_undoes_it():
     B, T, H, D = 2, 5, 3, 8
     cos, sin = angles(B, T, D, torch.float64)
-    qkv = torch.randn(B, T, 3 * H * D, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x: fused._SplitHeads.apply(x, cos, sin, H), (qkv,))
-    # bf16 qkv (autocast's linear) into float32 heads, and the gradient back in bf16
-    qkv16 = qkv.detach().bfloat16().requires_grad_(True)
-    cos32, sin32 = cos.float(), sin.float()
-    ours = fused.split_heads(qkv16, cos32, sin32, H)
-    ref = fused._split_heads_composite(qkv16, cos32, sin32, H)
-    grads = [torch.randn(B, H, T, D) for _ in range(3)]
-    for a, b in zip(ours, ref, strict=True):
-        assert a.dtype == b.dtype == torch.float32 and a.shape == (B, H, T, D)
-        torch.testing.assert_close(a, b)
-    ours_grad = torch.autograd.grad(ours, qkv16, grads)[0]
-    ref_grad = torch.autograd.grad(ref, qkv16, grads)[0]
-    assert ours_grad.dtype == torch.bfloat16
-    torch.testing.assert_close(ours_grad, ref_grad)
-    # a head without a gradient (k unused) is a zero slice, not garbage
-    q, k, v = fused.split_heads(qkv, cos, sin, H)
-    (grad,) = torch.autograd.grad((q * grads[0].double()).sum() + v.sum(), qkv)
-    assert torch.count_nonzero(grad.view(B, T, 3, H * D)[:, :, 1]) == 0
-    # a rotation keeps each pair's length: q's pairs (i, i + D/2) against qkv's
-    q_in = qkv.detach().view(B, T, 3, H, D)[:, :, 0].transpose(1, 2)  # [B, H, T, D]
-    x1, x2 = q_in.chunk(2, dim=-1)
-    o1, o2 = q.detach().chunk(2, dim=-1)
+    x = torch.randn(B, H, T, D, dtype=torch.float64)
+    out = rotate(x, cos, sin)
+    (x1, x2), (o1, o2) = x.chunk(2, dim=-1), out.chunk(2, dim=-1)  # pairs (i, i + D/2)
     torch.testing.assert_close(o1**2 + o2**2, x1**2 + x2**2)
+    torch.testing.assert_close(o1, x1 * cos[..., : D // 2] - x2 * sin[..., : D // 2])
+    torch.testing.assert_close(rotate(out, cos, -sin), x)
 
 
-def test_swiglu_passes_gradcheck_and_equals_silu_times_up():
-    gate_up = torch.randn(3, 4, 10, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(fused._SwiGLU.apply, (gate_up,))
-    x = torch.randn(3, 4, 10).bfloat16().requires_grad_(True)
-    gate, up = x.chunk(2, dim=-1)
-    ref = F.silu(gate) * up
-    ours = fused.swiglu(x)
-    torch.testing.assert_close(ours, ref, atol=0, rtol=0)
-    g = torch.randn_like(ref)
-    torch.testing.assert_close(
-        torch.autograd.grad(ours, x, g)[0], torch.autograd.grad(ref, x, g)[0]
+def test_the_attention_heads_are_float32_under_bf16_autocast_with_float32_gradients(monkeypatch):
+    torch.manual_seed(0)
+    model = Transformer(
+        ModelConfig(vocab_size=32, context_length=8, n_layer=1, n_head=2, n_embd=16)
     )
+    dtypes = []
+    attend = masks.attend
+
+    def recording_attend(q, k, v, mask):
+        dtypes.append((q.dtype, k.dtype, v.dtype))
+        return attend(q, k, v, mask)
+
+    monkeypatch.setattr(masks, "attend", recording_attend)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(torch.randint(0, 32, (2, 8)))
+    assert dtypes == [(torch.float32,) * 3] and logits.dtype == torch.bfloat16
+    logits.float().sum().backward()
+    assert all(p.grad.dtype == torch.float32 for p in model.parameters())
 
 
 def test_attention_runs_in_float32_on_cpu_under_16_bit_precision():
@@ -117,38 +65,25 @@ def test_attention_runs_in_float32_on_cpu_under_16_bit_precision():
         assert masks.attention_dtype(x) == torch.float32
 
 
-@pytest.mark.parametrize(("gain", "expected"), [(3.9, "bf16-mixed"), (1.2, "32-true"), (0.5, "32-true"), (0.0, "32-true")])  # fmt: skip
-def test_precision_auto_follows_the_measured_bf16_gain(monkeypatch, gain, expected):
-    """bf16-mixed only where a bf16 matmul is measured BF16_MATMUL_GAIN x faster than float32:
-    CPUs with the same flags differ (AVX512-BF16 without AMX: 0.5x on one, 3.9x on another)."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(precision, "cpu_bf16_matmul_gain", lambda: gain)
-    config = TrainerConfig().validate()
+@pytest.mark.parametrize(
+    ("cuda", "bf16", "accelerator", "expected"),
+    [(False, False, "auto", "32-true"), (False, False, "cpu", "32-true"),
+     (True, True, "auto", "bf16-mixed"), (True, True, "gpu", "bf16-mixed"),
+     (True, True, "cpu", "32-true"), (True, False, "auto", "32-true")],
+)  # fmt: skip
+def test_precision_auto_is_bf16_mixed_on_cuda_with_bf16_else_32_true(
+    monkeypatch, cuda, bf16, accelerator, expected
+):
+    """A fixed rule: a CPU trains in float32 whatever it is, with nothing measured at start-up
+    (a gain once left in the environment for DDP ranks decides nothing either)."""
+    monkeypatch.setenv("PACKLM_CPU_BF16_GAIN", "3.9")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    config = TrainerConfig(accelerator=accelerator).validate()
     assert config.precision == "auto"
     assert config.trainer_kwargs().get("precision", "32-true") == expected
+    assert TrainerConfig(precision="bf16-mixed").trainer_kwargs()["precision"] == "bf16-mixed"
     assert TrainerConfig(precision="64-true").trainer_kwargs()["precision"] == "64-true"
-    assert TrainerConfig(accelerator="cpu").trainer_kwargs().get("precision", "32-true") == expected
-
-
-def test_the_bf16_gain_is_measured_once_and_handed_to_later_processes(monkeypatch):
-    """Measured without touching the global RNG, once a process; the figure is left in the
-    environment that DDP ranks inherit, and a process that finds it there does not measure."""
-    monkeypatch.delenv(precision.GAIN_ENV, raising=False)
-    precision.cpu_bf16_matmul_gain.cache_clear()
-    state = torch.random.get_rng_state()
-    gain = precision.cpu_bf16_matmul_gain()
-    assert torch.equal(torch.random.get_rng_state(), state)
-    assert math.isfinite(gain) and gain >= 0
-    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        assert gain > 0
-    assert precision.cpu_bf16_matmul_gain() == gain  # cached
-    assert float(os.environ[precision.GAIN_ENV]) == gain
-
-    monkeypatch.setenv(precision.GAIN_ENV, "0.25")  # a rank started by this process
-    precision.cpu_bf16_matmul_gain.cache_clear()
-    monkeypatch.setattr(torch, "randn", None)  # measuring now would fail
-    assert precision.cpu_bf16_matmul_gain() == 0.25
-    precision.cpu_bf16_matmul_gain.cache_clear()
 
 
 @pytest.mark.parametrize(("precision", "fused_adamw"), [("32-true", True), ("bf16-mixed", True)])

@@ -4,10 +4,8 @@
 2. `masks.py`: segment ids -> the block-diagonal causal mask (SDPA, or two batched matmuls
    for short CPU rows) or BlockMask (Flex); the dtype attention runs in (float32 on CPU,
    even under bf16 autocast).
-3. `fused.py`: RMSNorm, the q/k/v heads with rotary, and SwiGLU as autograd Functions with
-   written-out backward passes (fewer kernels and no concatenations than the composite
-   forms; the eager CPU step is launch-bound), and the output head with the cross-entropy
-   in row chunks (no [B, T, V] logits in the training step).
+3. `fused.py`: the output head with the cross-entropy in row chunks, one autograd Function
+   (no [B, T, V] logits in the eager CPU training step), and `matmul_dtype`.
 4. `transformer.py`: `Transformer`, a plain nn.Module (RMSNorm, RoPE from position_ids,
    SwiGLU, tied head): a packed row gives the same logits as each document alone.
 5. `loss.py`: sum of CE over supervised targets / N of the whole optimizer step (through

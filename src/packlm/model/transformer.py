@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from packlm.model import fused, masks
@@ -27,7 +28,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        return fused.rms_norm(x, self.weight, self.eps)
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
 class Rotary(nn.Module):
@@ -47,6 +48,12 @@ class Rotary(nn.Module):
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x [B, H, T, D] turned by the rotary angles: pairs (i, i + D/2), Llama's rotate_half."""
+    x1, x2 = x.chunk(2, dim=-1)  # [B, H, T, D/2] each
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin  # [B, H, T, D]
+
+
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -57,9 +64,11 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: masks.AttentionMask) -> Tensor:
         B, T, C = x.shape
-        # q, k, v [B, H, T, D] in masks.attention_dtype (cos's), q and k rotated
-        q, k, v = fused.split_heads(self.qkv(x), cos, sin, self.n_head)
-        y = masks.attend(q, k, v, mask)  # [B, H, T, D]
+        H, D = self.n_head, C // self.n_head
+        # the heads in masks.attention_dtype (cos's), q and k rotated together
+        qk, v = self.qkv(x).to(cos.dtype).split([2 * C, C], dim=-1)  # [B, T, 2C], [B, T, C]
+        q, k = rotate(qk.view(B, T, 2 * H, D).transpose(1, 2), cos, sin).chunk(2, dim=1)
+        y = masks.attend(q, k, v.view(B, T, H, D).transpose(1, 2), mask)  # [B, H, T, D]
         # [B, T, C] in the dtype proj's matmul takes (autocast's, else x's: bf16-true on CPU
         # attends in float32), merged and cast in one pass
         y = y.transpose(1, 2).to(fused.matmul_dtype(x), memory_format=torch.contiguous_format)
@@ -75,7 +84,8 @@ class SwiGLU(nn.Module):
         self.down.residual = True
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(fused.swiglu(self.gate_up(x)))  # [B, T, 2 hidden] -> [B, T, C]
+        gate, up = self.gate_up(x).chunk(2, dim=-1)  # [B, T, hidden] each
+        return self.down(F.silu(gate) * up)  # [B, T, C]
 
 
 class Block(nn.Module):

@@ -10,6 +10,12 @@ OS and took it back page by page, 2,800 minor page faults a step at nanoGPT's CP
 Fixing both thresholds keeps freed memory in the process for the next step (peak RSS is
 unchanged: it is the same memory, kept instead of returned). PyTorch's CPU tuning guide
 reaches the same end by preloading jemalloc or tcmalloc; this needs no other library.
+
+Off by default: `mallopt` changes every allocation of the whole process (a notebook's, a test
+run's), not only training's. The same thresholds from the shell, for any process, without
+the key: `MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 python train.py`
+(glibc's manual, "Malloc Tunable Parameters"; since glibc 2.26 also
+`GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824`).
 """
 
 from __future__ import annotations

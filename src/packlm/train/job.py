@@ -18,7 +18,6 @@ from pathlib import Path
 
 import hydra
 import lightning as L
-import torch
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
@@ -59,7 +58,7 @@ from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
 from packlm.model.lit_module import LitCausalLM
-from packlm.precision import auto_precision, cpu_bf16_matmul_gain
+from packlm.precision import auto_precision
 from packlm.train.allocator import keep_freed_memory
 from packlm.train.ddp_hydra import ddp_relaunch_runs_this_job
 from packlm.train.loggers import build_callbacks, build_loggers
@@ -152,11 +151,7 @@ def train(
     trainer_kwargs = config.trainer.trainer_kwargs()
     if config.trainer.precision == "auto":
         chosen = auto_precision(config.trainer.accelerator)
-        if config.trainer.accelerator in ("auto", "cpu") and not torch.cuda.is_available():
-            gain = f" (a bf16 matmul runs {cpu_bf16_matmul_gain():.1f}x float32's)"
-        else:
-            gain = ""
-        log.info("trainer.precision=auto: %s on this machine%s; set it to choose", chosen, gain)
+        log.info("trainer.precision=auto: %s on this machine; set it to choose", chosen)
     if config.train.max_supervised_tokens:
         trainer_kwargs["max_steps"] = -1  # the token budget decides
     if not validates:
