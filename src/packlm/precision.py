@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from packlm.shims import mkldnn_bf16_supported
+
 BF16_MATMUL_GAIN = 1.5
 """On a CPU, bf16-mixed needs its bf16 matmul at least this much faster than float32's:
 autocast adds casts, and attention and the norms stay float32 (sessions 4-8's CPU: 2.2x, the
@@ -46,7 +48,7 @@ def cpu_bf16_matmul_gain() -> float:
     if GAIN_ENV in os.environ:
         return float(os.environ[GAIN_ENV])
     gain = 0.0
-    if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if torch.backends.mkldnn.is_available() and mkldnn_bf16_supported():
         generator = torch.Generator().manual_seed(0)  # not the global RNG: seeding comes later
         a = torch.randn(1024, 256, generator=generator)
         b = torch.randn(256, 1024, generator=generator)
