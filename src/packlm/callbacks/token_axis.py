@@ -14,6 +14,9 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from packlm.callbacks.views.tensorboard import tensorboard_logger
 
+BY_TOKENS = "by_tokens"
+"""The sub-directory of the TensorBoard log dir the token-axis curves are written in."""
+
 
 class SupervisedTokenAxis(L.Callback):
     """train/loss every n steps and val/loss, val/bpb after each validation, at step =

@@ -26,8 +26,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-BY_TOKENS = "by_tokens"
-"""The sub-directory of the log dir the token-axis curves are written in."""
+from packlm.callbacks.token_axis import BY_TOKENS
 
 LOSS_FIRST = {"train/loss": "Loss/train", "val/loss": "Loss/val", "val/bpb": "Loss/val_bpb"}
 
@@ -35,8 +34,9 @@ LOSS_FIRST = {"train/loss": "Loss/train", "val/loss": "Loss/val", "val/bpb": "Lo
 class RunTensorBoard(TensorBoardLogger):
     """TensorBoardLogger + the `Loss/` copies + the `by_tokens` writer (see the module)."""
 
-    def __init__(self, *args: Any, purge_tokens: int | None = None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, save_dir: str | os.PathLike, *args: Any, purge_tokens: int | None = None,
+                 **kwargs: Any):  # fmt: skip
+        super().__init__(save_dir, *args, **kwargs)
         self._purge_tokens = purge_tokens
         self._by_tokens = None
 
