@@ -52,7 +52,7 @@ from packlm.model.schedule import lr_factor
 from packlm.model.transformer import Transformer, positions_from_segments
 from packlm.precision import auto_precision
 from packlm.train.allocator import keep_freed_memory
-from packlm.train.report import use_torch_leaf_spec
+from packlm.train.report import quiet_lightning_leaf_spec
 
 CONFIG = dict(vocab_size=65, context_length=64, n_layer=4, n_head=4, n_embd=128,
               tie_embeddings=True)  # fmt: skip  # the reference's (nanoGPT's) tied head
@@ -294,7 +294,7 @@ def main() -> None:
     if args.quick:
         args.steps, args.repeats = 10, 3
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)  # its device/summary lines
-    use_torch_leaf_spec()  # as train.py: Lightning's LeafSpec() would warn on every fit
+    quiet_lightning_leaf_spec()  # as train.py: Lightning's LeafSpec() would warn on every fit
     # LitCausalLM has a validation_step; the timed loops have no validation data on purpose
     warnings.filterwarnings(
         "ignore", "You defined a `validation_step` but have no `val_dataloader`"

@@ -31,12 +31,3 @@ def golden_bpe(shared_dir: Path) -> Path:
 def tiny_corpus(tmp_path_factory) -> Path:
     """Sixty small documents of pseudo-English, one file each."""
     return write_tiny_corpus(tmp_path_factory.mktemp("corpus"))
-
-
-@pytest.fixture(scope="session", autouse=True)
-def torch_leaf_spec() -> None:
-    """As train.py does before fitting: Lightning's module gets torch's own leaf constructor,
-    so the Trainers built by tests do not warn about `LeafSpec` on every fit."""
-    from packlm.train.report import use_torch_leaf_spec
-
-    use_torch_leaf_spec()

@@ -22,6 +22,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 
+from packlm.callbacks.token_axis import BY_TOKENS
 from packlm.callbacks.views.hparams import SHOWN
 from packlm.callbacks.views.render import new_figure, require_matplotlib
 
@@ -63,10 +64,17 @@ def read_run(run: Path) -> dict[str, Any]:
     """Settings, curves and summary numbers of one run."""
     acc = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
+    by_tokens = EventAccumulator(str(run / "tb" / BY_TOKENS), size_guidance={"scalars": 0})
+    if (run / "tb" / BY_TOKENS).is_dir():  # the token-axis curves' own writer
+        by_tokens.Reload()
     tags = set(acc.Tags()["scalars"])
+    token_tags = set(by_tokens.Tags()["scalars"])
 
     def series(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        events = acc.Scalars(tag) if tag in tags else []
+        if tag in token_tags:
+            events = by_tokens.Scalars(tag)
+        else:
+            events = acc.Scalars(tag) if tag in tags else []
         return (
             np.array([e.step for e in events], dtype=np.int64),
             np.array([e.value for e in events], dtype=np.float64),

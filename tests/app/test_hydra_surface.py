@@ -21,6 +21,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from helpers.runs import ROOT, tiny_overrides
 from packlm import trainer_config
+from packlm.callbacks.token_axis import BY_TOKENS
 from packlm.config import CONFIG_DIR, validate_config
 from packlm.errors import ConfigError
 from packlm.train import main, train
@@ -28,7 +29,7 @@ from packlm.trainer_config import OWNED, TrainerSchema
 
 
 def scalars(run: Path, tag: str) -> dict[int, float]:
-    acc = EventAccumulator(str(run / "tb"))
+    acc = EventAccumulator(str(run / "tb" / BY_TOKENS if "_by_tokens/" in tag else run / "tb"))
     acc.Reload()
     return {e.step: e.value for e in acc.Scalars(tag)}
 
@@ -335,6 +336,7 @@ def test_a_resume_leaves_no_step_twice_in_tensorboard(compose_tiny, tmp_path):
     (run / "checkpoints" / "last.ckpt").unlink()
     shutil.move(tmp_path / "step4.ckpt", run / "checkpoints" / "last.ckpt")
     before = scalars(run, "train_by_tokens/loss")
+    before_val = scalars(run, "val/loss")
     train(
         compose_tiny(
             "trainer.max_steps=8",
@@ -342,20 +344,25 @@ def test_a_resume_leaves_no_step_twice_in_tensorboard(compose_tiny, tmp_path):
             f"ckpt_path={run}/checkpoints/last.ckpt",
         )
     )
-    acc = EventAccumulator(str(run / "tb"), purge_orphaned_data=False)  # no reader-side purge
-    acc.Reload()
+    # as TensorBoard reads them: each writer's purge_step hides what the killed run logged
+    # past the checkpoint (steps in tb/, supervised tokens in tb/by_tokens/)
     for tag in (
         "train/loss",
         "Loss/train",
         "val/loss",
         "train_by_tokens/loss",
+        "val_by_tokens/loss",
         "tokens/supervised",
     ):
+        logdir = run / "tb" / BY_TOKENS if "_by_tokens/" in tag else run / "tb"
+        acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+        acc.Reload()
         steps = [e.step for e in acc.Scalars(tag)]
         assert max(Counter(steps).values()) == 1 and steps == sorted(steps), (tag, steps)
-    assert max(e.step for e in acc.Scalars("train/loss")) == 7
-    after = sorted(e.step for e in acc.Scalars("train_by_tokens/loss"))
+    assert max(scalars(run, "train/loss")) == 7
+    after = sorted(scalars(run, "train_by_tokens/loss"))
     assert sorted(before)[:4] == after[:4]  # the curve before the checkpoint is kept
+    assert sorted(scalars(run, "val/loss"))[:2] == sorted(before_val)[:2]  # steps 2, 4 kept
 
 
 def test_a_run_prints_no_deprecation_of_lightning_internals(compose_tiny, tmp_path, recwarn):

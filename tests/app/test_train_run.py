@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from helpers.processes import run_tool_recording_imports
+from packlm.callbacks.token_axis import BY_TOKENS
 from packlm.config import CONFIG_DIR, validate_config
 from packlm.errors import ConfigError
 from packlm.train import train
@@ -24,9 +25,9 @@ MODEL_TAGS = [
 ]  # fmt: skip
 
 
-def read_events(run_dir: Path) -> EventAccumulator:
+def read_events(run_dir: Path, sub: str = "") -> EventAccumulator:
     acc = EventAccumulator(
-        str(run_dir / "tb"), size_guidance={"scalars": 0, "images": 0, "tensors": 0}
+        str(run_dir / "tb" / sub), size_guidance={"scalars": 0, "images": 0, "tensors": 0}
     )
     acc.Reload()
     return acc
@@ -76,7 +77,7 @@ def test_train_writes_every_tag_checkpoints_and_resumes(compose_tiny, tmp_path):
     missing = [t for t in MODEL_TAGS if t not in scalars]
     assert not missing, f"missing tags {missing}; have {sorted(scalars)}"
     assert any(t.startswith("data/") for t in scalars), "no data statistics scalars"
-    assert "val_by_tokens/loss" in scalars
+    assert "val_by_tokens/loss" in read_events(run, BY_TOKENS).Tags()["scalars"]  # own writer
     assert "Packing/attention_mask" in events.Tags()["images"]
     steps = [e.step for e in events.Scalars("train/loss")]
     assert max(steps) >= 5

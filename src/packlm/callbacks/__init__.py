@@ -1,8 +1,8 @@
 """Lightning callbacks of the training run, one concern each.
 
 - `step_metrics.py`: `StepMetrics` logs loss, lr, grad norm, token counts and throughput.
-- `token_axis.py`: `SupervisedTokenAxis` logs the curves again against supervised tokens;
-  `LossFirst` mirrors the loss curves into the group TensorBoard opens first.
+- `token_axis.py`: `SupervisedTokenAxis` logs the curves again against supervised tokens
+  (the `Loss/` group TensorBoard opens first: `packlm.train.tensorboard.RunTensorBoard`).
 - `budget.py`: `SupervisedTokenBudget` stops after `train.max_supervised_tokens`.
 - `checkpointing.py`: atomic checkpoint writes, `last.ckpt` every N steps, clean stops on
   SIGTERM / Ctrl-C.
@@ -25,7 +25,7 @@ from packlm.callbacks.checkpointing import (
 from packlm.callbacks.progress_bar import EpochProgressBar, rich_available
 from packlm.callbacks.resumed_settings import ResumedSettings
 from packlm.callbacks.step_metrics import StepMetrics
-from packlm.callbacks.token_axis import LossFirst, SupervisedTokenAxis
+from packlm.callbacks.token_axis import SupervisedTokenAxis
 from packlm.callbacks.views import (
     BatchImages,
     EpochStatistics,
@@ -44,7 +44,6 @@ __all__ = [
     "GracefulStop",
     "HParams",
     "LastCheckpoint",
-    "LossFirst",
     "ResumedSettings",
     "StepMetrics",
     "SupervisedTokenAxis",

@@ -22,8 +22,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import signal
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,6 @@ import lightning as L
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import get_filesystem
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -44,7 +45,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """torch.save into `.<name>.tmp-<pid>` beside the target, fsync, then os.replace."""
 
     def save_checkpoint(
-        self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None
+        self,
+        checkpoint: dict[str, Any],
+        path: str | os.PathLike,
+        storage_options: Any | None = None,
     ) -> None:
         if storage_options is not None or not _is_local(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
@@ -101,7 +105,7 @@ class _RecordingWriter:
         self.f.flush()
 
 
-def _is_local(path: _PATH) -> bool:
+def _is_local(path: str | os.PathLike) -> bool:
     return type(get_filesystem(path)).__name__ == "LocalFileSystem"
 
 
@@ -149,6 +153,7 @@ class LastCheckpoint(L.Callback):
         self._step_seen: int | None = None  # global_step at the last on_train_batch_end
         self._step_saved: int | None = None
         self._deferred: int | None = None  # a step whose save waits for its validation
+        self._fitting = False  # between on_train_start and on_train_end
 
     @property
     def path(self) -> Path:
@@ -156,6 +161,7 @@ class LastCheckpoint(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._step_seen = trainer.global_step  # a resumed run does not re-save its own state
+        self._fitting = True
 
     def stepped(self, trainer: L.Trainer) -> bool:
         """Did the batch that just ended complete an optimizer step (not mid-accumulation)?"""
@@ -168,10 +174,10 @@ class LastCheckpoint(L.Callback):
         periodic = bool(self.every_n_steps) and trainer.global_step % self.every_n_steps == 0
         final = trainer.should_stop or 0 < trainer.max_steps <= trainer.global_step
         if self._deferred is not None or periodic or final:
-            self._deferred = None
-            if _validates_after_this_batch(trainer):
+            if validation_follows(trainer):
                 self._deferred = trainer.global_step  # saved once this step's validation ends
             else:
+                self._deferred = None
                 self.save(trainer)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -179,32 +185,63 @@ class LastCheckpoint(L.Callback):
         # during it resumes from the previous checkpoint and validates this step again,
         # where a checkpoint written before it would resume past the point (Lightning
         # fast-forwards the validation due at a resumed on_train_batch_end checkpoint).
-        if self._deferred == trainer.global_step and not trainer.sanity_checking:
+        if trainer.sanity_checking or not self._fitting:
+            return
+        if self._deferred == trainer.global_step:
             self._deferred = None
             self.save(trainer)
+        elif self._step_saved == trainer.global_step:
+            # a validation `validation_follows` did not foresee (a time-based
+            # val_check_interval): this step's checkpoint is written again after it
+            self.save(trainer, again=True)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Normally saved by the last on_train_batch_end already (the state a mid-epoch
         # resume expects); this covers the end of the last epoch under max_epochs.
+        self._fitting = False
         if self._step_saved != trainer.global_step:
             self.save(trainer)
 
-    def save(self, trainer: L.Trainer) -> None:
-        """Write last.ckpt (all ranks must call it: Lightning synchronizes inside)."""
-        if trainer.fast_dev_run or self._step_saved == trainer.global_step:
+    def save(self, trainer: L.Trainer, again: bool = False) -> None:
+        """Write last.ckpt (all ranks must call it: Lightning synchronizes inside); `again`:
+        also where this step's checkpoint is written already."""
+        if trainer.fast_dev_run or (self._step_saved == trainer.global_step and not again):
             return  # (the same decision on every rank: no file-system check here)
         trainer.save_checkpoint(self.path, weights_only=False)  # the full training state
         self._step_saved = trainer.global_step
 
 
-def _validates_after_this_batch(trainer: L.Trainer) -> bool:
-    """Will Lightning run validation right after the current training batch? (Its own
-    decision, asked early; False where it cannot be asked.)"""
-    loop = trainer.fit_loop.epoch_loop
-    try:
-        return bool(loop._should_check_val_fx(trainer.fit_loop._data_fetcher))
-    except (AttributeError, TypeError, AssertionError):
+def validation_follows(trainer: L.Trainer) -> bool:
+    """Will Lightning validate right after the training batch that just ended?
+
+    Lightning's own rule (2.6, `fit_loop.epoch_loop`'s `_should_check_val_fx`) from the
+    Trainer's public state: the epoch must be a validation epoch
+    (`check_val_every_n_epoch`); a stop requested once min_steps/min_epochs are met
+    validates; else every `val_check_batch`-th batch (counted over the run when
+    check_val_every_n_epoch is None, else within the epoch), or the last batch of an
+    epoch of unknown length. A time-based val_check_interval cannot be foreseen: False.
+    tests/callbacks/test_validation_follows.py checks the rule against Lightning's runs.
+    """
+    every = trainer.check_val_every_n_epoch
+    if not trainer.enable_validation or (
+        every is not None and (trainer.current_epoch + 1) % every != 0
+    ):
         return False
+    fit = trainer.fit_loop
+    met_min_epochs = not fit.min_epochs or fit.epoch_progress.current.processed >= fit.min_epochs
+    met_min_steps = not fit.min_steps or trainer.global_step >= fit.min_steps
+    if trainer.should_stop and met_min_epochs and met_min_steps:
+        return True
+    interval = trainer.val_check_batch
+    if interval is None:  # time-based
+        return False
+    if interval == float("inf"):  # a train DataLoader without a length
+        limit = trainer.limit_train_batches
+        if isinstance(limit, int):
+            return (fit.epoch_loop.batch_idx + 1) % limit == 0 or trainer.is_last_batch
+        return trainer.is_last_batch
+    batch = fit.epoch_loop.total_batch_idx if every is None else fit.epoch_loop.batch_idx
+    return (batch + 1) % int(interval) == 0
 
 
 class TrainingStopped(Exception):
@@ -288,7 +325,17 @@ class GracefulStop(L.Callback):
 class BestCheckpoint(ModelCheckpoint):
     """Lightning's ModelCheckpoint (the best checkpoints by a metric), in the run's own
     checkpoints/ folder: a resume writes into a folder that holds this run's checkpoints,
-    which is expected, so Lightning's "exists and is not empty" warning is not given."""
+    which is expected, so Lightning's "exists and is not empty" warning is not given (that
+    one message, for this folder, while Lightning's setup runs)."""
 
-    def _ModelCheckpoint__warn_if_dir_not_empty(self, dirpath) -> None:  # noqa: N802
-        return None
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        with warnings.catch_warnings():
+            if self.dirpath is not None:
+                warnings.filterwarnings(
+                    "ignore",
+                    message=re.escape(
+                        f"Checkpoint directory {self.dirpath} exists and is not empty"
+                    ),
+                    category=UserWarning,
+                )
+            super().setup(trainer, pl_module, stage)

@@ -1,13 +1,10 @@
-"""Log the loss curves a second time: against supervised tokens, and where they are seen first.
+"""Log the loss curves a second time, against supervised tokens.
 
-- `SupervisedTokenAxis`: TensorBoard plots a scalar against its step; writing
-  `*_by_tokens/...` with step = supervised targets seen lets runs with different windows
-  and strides be compared at equal data on one chart.
-- `LossFirst`: TensorBoard's Time Series page sorts tag groups by name (upper case first)
-  and opens only the first two, so `train/loss` used to sit below `attention`, `data`,
-  `epoch`, `grad_norm` ... ; `Loss/train`, `Loss/val`, `Loss/val_bpb` (same values, same
-  steps) make the loss the first charts of a run (then `Packing`, the batch pictures).
-  The original tags stay as they are.
+TensorBoard plots a scalar against its step; writing `*_by_tokens/...` with step =
+supervised targets seen lets runs with different windows and strides be compared at equal
+data on one chart. They go to the run logger's own `by_tokens` writer
+(`packlm.train.tensorboard.RunTensorBoard`, the sub-run `tb/by_tokens`), so that a resume's
+`purge_step` is counted in tokens there and in steps for every other curve.
 """
 
 from __future__ import annotations
@@ -17,21 +14,20 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from packlm.callbacks.views.tensorboard import tensorboard_logger
 
+BY_TOKENS = "by_tokens"
+"""The sub-directory of the TensorBoard log dir the token-axis curves are written in."""
 
-class _Mirror(L.Callback):
-    """Write chosen callback metrics again under other names: train ones every n steps,
-    validation ones after each validation. Subclasses say the names and the step."""
 
-    TRAIN: dict[str, str] = {}
-    VAL: dict[str, str] = {}
+class SupervisedTokenAxis(L.Callback):
+    """train/loss every n steps and val/loss, val/bpb after each validation, at step =
+    supervised tokens seen, on the `by_tokens` writer (nothing without one)."""
+
+    TRAIN = {"train/loss": "train_by_tokens/loss"}
+    VAL = {"val/loss": "val_by_tokens/loss", "val/bpb": "val_by_tokens/bpb"}
 
     def __init__(self, every_n_steps: int = 10):
         self.every_n_steps = max(1, every_n_steps)
         self._last_step = -1
-
-    def step(self, trainer: L.Trainer, pl_module: L.LightningModule) -> int:
-        """The TensorBoard step of the copies (each subclass says which axis)."""
-        return trainer.global_step
 
     @rank_zero_only
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
@@ -47,29 +43,11 @@ class _Mirror(L.Callback):
             self._write(trainer, pl_module, self.VAL)
 
     def _write(self, trainer, pl_module, names: dict[str, str]) -> None:
-        logger = tensorboard_logger(trainer)
-        if logger is None:
+        writer = getattr(tensorboard_logger(trainer), "by_tokens", None)
+        if writer is None:
             return
-        step = self.step(trainer, pl_module)
+        step = int(pl_module.supervised_tokens_seen)
         for tag, name in names.items():
             value = trainer.callback_metrics.get(tag)
             if value is not None:
-                logger.experiment.add_scalar(name, float(value), global_step=step)
-
-
-class SupervisedTokenAxis(_Mirror):
-    TRAIN = {"train/loss": "train_by_tokens/loss"}
-    VAL = {"val/loss": "val_by_tokens/loss", "val/bpb": "val_by_tokens/bpb"}
-
-    def step(self, trainer: L.Trainer, pl_module: L.LightningModule) -> int:
-        return int(pl_module.supervised_tokens_seen)
-
-
-class LossFirst(_Mirror):
-    TRAIN = {"train/loss": "Loss/train"}
-    VAL = {"val/loss": "Loss/val", "val/bpb": "Loss/val_bpb"}
-
-    def step(self, trainer: L.Trainer, pl_module: L.LightningModule) -> int:
-        # the step Lightning writes `self.log` values at (one behind global_step inside
-        # on_train_batch_end), so Loss/train and train/loss share their points
-        return trainer.fit_loop.epoch_loop._batches_that_stepped
+                writer.add_scalar(name, float(value), global_step=step)

@@ -32,7 +32,6 @@ from packlm.callbacks import (
     GracefulStop,
     HParams,
     LastCheckpoint,
-    LossFirst,
     ResumedSettings,
     StepMetrics,
     SupervisedTokenAxis,
@@ -62,7 +61,12 @@ from packlm.precision import auto_precision
 from packlm.train.allocator import keep_freed_memory
 from packlm.train.ddp_hydra import ddp_relaunch_runs_this_job
 from packlm.train.loggers import build_callbacks, build_loggers
-from packlm.train.report import log_model_size, quiet_lightning_tips, summary, use_torch_leaf_spec
+from packlm.train.report import (
+    log_model_size,
+    quiet_lightning_leaf_spec,
+    quiet_lightning_tips,
+    summary,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +96,7 @@ def train(
     if config.train.keep_freed_memory:
         keep_freed_memory()
     quiet_lightning_tips()
-    use_torch_leaf_spec()
+    quiet_lightning_leaf_spec()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     datamodule = PackedDataModule.from_config(config, cfg.cache_dir)
@@ -128,7 +132,6 @@ def train(
         ResumedSettings(config.optim),
         StepMetrics(),  # before SupervisedTokenAxis, which reads the train/loss it logs
         SupervisedTokenAxis(config.trainer.log_every_n_steps),
-        LossFirst(config.trainer.log_every_n_steps),
         HParams.of_run(config, datamodule, tuple(sorted(swept_keys()))),
         EpochStatistics(datamodule, images=config.train.log_batch_images),
         *callbacks,

@@ -17,11 +17,10 @@ import lightning as L
 from hydra.utils import get_class, instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from packlm.errors import ConfigError
-from packlm.train.event_purge import purge_after
+from packlm.train.tensorboard import RunTensorBoard
 
 log = logging.getLogger(__name__)
 
@@ -30,18 +29,20 @@ def build_loggers(
     group: DictConfig | None, run_dir: Path, resumed: tuple[int, int] | None = None
 ) -> list[Any]:
     """The loggers of the `logger` group. On a resume from (step, supervised tokens), a
-    TensorBoard log dir first loses what the killed run logged past it (`purge_after`)."""
+    TensorBoard logger gets TensorBoard's `purge_step` (the token-axis writer of
+    `RunTensorBoard` its own, in tokens): what the killed run logged past the checkpoint
+    is hidden, so no step appears twice."""
     loggers = []
     for name, node in _entries(group):
         kwargs: dict[str, Any] = {}
         cls = _target(f"logger.{name}", node)
         if "save_dir" in inspect.signature(cls).parameters and "save_dir" not in node:
             kwargs["save_dir"] = str(run_dir)
-        logger = _build(f"logger.{name}", node, kwargs)
-        tensorboard = isinstance(logger, TensorBoardLogger) and Path(logger.log_dir).is_dir()
-        if resumed and tensorboard and rank_zero_only.rank == 0:  # before its writer opens
-            purge_after(Path(logger.log_dir), *resumed)
-        loggers.append(logger)
+        if resumed and issubclass(cls, TensorBoardLogger):
+            kwargs["purge_step"] = resumed[0]  # step index k-1 is the k-th step: keep < step
+        if resumed and issubclass(cls, RunTensorBoard):
+            kwargs["purge_tokens"] = resumed[1] + 1  # a point at `tokens` is before it
+        loggers.append(_build(f"logger.{name}", node, kwargs))
     return loggers
 
 

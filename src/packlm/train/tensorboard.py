@@ -1,0 +1,65 @@
+"""The run's TensorBoard logger: Lightning's, with the loss charts first and a second writer
+for the curves against supervised tokens.
+
+- `Loss/train`, `Loss/val`, `Loss/val_bpb`: TensorBoard's Time Series page sorts tag groups
+  by name (upper case first) and opens only the first two, so `train/loss` sits below
+  `attention`, `data`, `epoch`, `grad_norm` ... ; the same values at the same steps under
+  `Loss/` make the loss the first charts of a run (then `Packing`, the batch pictures).
+  The original tags stay as they are. (Copied in `log_metrics`, where Lightning writes them.)
+- `by_tokens`: a writer of its own in `<log_dir>/by_tokens` (TensorBoard shows it as the run
+  `tb/by_tokens`) for `SupervisedTokenAxis`, whose step is the count of supervised tokens.
+- A resume from (step, tokens) gives both writers TensorBoard's `purge_step`, each in its own
+  step unit: TensorBoard then hides what the killed run logged past the checkpoint, so no
+  step appears twice (a SIGKILL loses the steps after the last checkpoint; the resumed run
+  logs them again). Lightning's step index of the k-th optimizer step is k-1, so the main
+  writer purges from `step`; a token-axis point carries the tokens seen after its step, so
+  the token writer purges from `tokens + 1`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.utilities import rank_zero_only
+
+from packlm.callbacks.token_axis import BY_TOKENS
+
+LOSS_FIRST = {"train/loss": "Loss/train", "val/loss": "Loss/val", "val/bpb": "Loss/val_bpb"}
+
+
+class RunTensorBoard(TensorBoardLogger):
+    """TensorBoardLogger + the `Loss/` copies + the `by_tokens` writer (see the module)."""
+
+    def __init__(self, save_dir: str | os.PathLike, *args: Any, purge_tokens: int | None = None,
+                 **kwargs: Any):  # fmt: skip
+        super().__init__(save_dir, *args, **kwargs)
+        self._purge_tokens = purge_tokens
+        self._by_tokens = None
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        copies = {new: metrics[old] for old, new in LOSS_FIRST.items() if old in metrics}
+        super().log_metrics({**metrics, **copies}, step)
+
+    @property
+    @rank_zero_experiment
+    def by_tokens(self) -> Any:
+        """The SummaryWriter of the token-axis curves (opened on first use, rank 0)."""
+        if self._by_tokens is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._by_tokens = SummaryWriter(
+                os.path.join(self.log_dir, BY_TOKENS), purge_step=self._purge_tokens
+            )
+        return self._by_tokens
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        super().finalize(status)
+        if self._by_tokens is not None:
+            self._by_tokens.close()
+            self._by_tokens = None

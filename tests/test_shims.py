@@ -1,0 +1,36 @@
+"""Each private name `packlm.shims` uses still exists and still does what packlm relies on:
+an upgrade of torch or Lightning that moves or changes one fails here, by name."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+
+from packlm import shims
+
+
+def test_foreach_mul_scales_every_tensor_in_place():
+    tensors = [torch.ones(3), torch.full((2, 2), 2.0)]
+    shims.foreach_mul_(tensors, 0.5)
+    assert torch.equal(tensors[0], torch.full((3,), 0.5))
+    assert torch.equal(tensors[1], torch.ones(2, 2))
+
+
+def test_foreach_norm_is_the_l2_norm_of_each_tensor():
+    tensors = [torch.tensor([3.0, 4.0]), torch.tensor([[1.0, 2.0], [2.0, 4.0]])]
+    norms = shims.foreach_norm(tensors)
+    assert [float(n) for n in norms] == [5.0, 5.0]
+
+
+def test_mkldnn_bf16_supported_answers_a_bool():
+    assert isinstance(shims.mkldnn_bf16_supported(), bool)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_uses_distributed_sampler_is_the_trainers_argument(value):
+    trainer = L.Trainer(
+        use_distributed_sampler=value, logger=False, enable_checkpointing=False,
+        accelerator="cpu", enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    assert shims.uses_distributed_sampler(trainer) is value
