@@ -69,6 +69,12 @@ class TrainConfig(ConfigGroup):
             raise ConfigError(
                 f"train.max_supervised_tokens={self.max_supervised_tokens}: must be positive"
             )
+        tokens = self.sample_tokens
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
+            raise ConfigError(
+                f"train.sample_tokens={tokens!r}: must be a positive integer "
+                "(train.sample_prompt='' turns the samples off)"
+            )
         every = self.checkpoint_every_n_steps
         if every is not None and (
             not isinstance(every, int) or isinstance(every, bool) or every < 1

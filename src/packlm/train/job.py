@@ -30,6 +30,7 @@ from packlm.callbacks import (
     BatchImages,
     EpochProgressBar,
     EpochStatistics,
+    FiniteTraining,
     GracefulStop,
     HParams,
     LastCheckpoint,
@@ -39,6 +40,7 @@ from packlm.callbacks import (
     SupervisedTokenAxis,
     SupervisedTokenBudget,
     TextSamples,
+    TrainingDiverged,
     TrainingRowText,
     TrainingStopped,
     rich_available,
@@ -123,6 +125,7 @@ def train(
         LambdaCallback(on_validation_end=lambda tr, _: validated_at.append(tr.global_step)),
         *build_callbacks(cfg.callbacks, run_dir, validates),
         *budget,  # before LastCheckpoint, which saves on the step the budget stops at
+        FiniteTraining(last),  # before LastCheckpoint: a NaN loss stops before any save
         last,
         GracefulStop(last),  # after LastCheckpoint: one write when both want the same step
         CheckpointExtras(datamodule.tokenizer, asdict(config.data), run_settings(config)),
@@ -278,7 +281,7 @@ def main(cfg: DictConfig) -> float:
     one message and exit 2 (config) or 1 (data, files); HYDRA_FULL_ERROR=1 shows the traceback.
     """
     try:
-        with one_line_errors(ConfigError, SourceError, StoreError, OSError):
+        with one_line_errors(ConfigError, SourceError, StoreError, OSError, TrainingDiverged):
             metrics = train(cfg)
     except TrainingStopped as stopped:
         # rank 0 reports the signal; other DDP ranks end cleanly (a non-zero exit of a child
