@@ -4,14 +4,17 @@ stops the run with one message and leaves the last good checkpoint."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import lightning as L
 import pytest
 import torch
 
+import packlm.train.job as job
 from helpers.runs import checkpoint_step, weights
 from packlm.callbacks import LastCheckpoint, TrainingDiverged
+from packlm.checkpoint.contents import KEY as EXTRAS_KEY
 from packlm.config import validate_config
 from packlm.errors import ConfigError
 from packlm.train import train
@@ -92,3 +95,43 @@ def test_last_checkpoint_never_writes_non_finite_weights(tmp_path):
     ):
         last.save(trainer)
     assert written == [last.path] and last.saved_step == 7
+
+
+# --- settings that used to be replaced quietly --------------------------------------------------
+
+
+def test_a_model_vocabulary_smaller_than_the_tokenizers_is_refused(compose_tiny):
+    with pytest.raises(
+        ConfigError, match=r"model\.vocab_size=290: smaller than tokenizer\.vocab_size=300"
+    ):
+        validate_config(compose_tiny("model.vocab_size=290"))
+    config = validate_config(compose_tiny("model.vocab_size=300"))
+    assert job._model_vocab(config, 300) == 300
+    with pytest.raises(ConfigError, match=r"model\.vocab_size=300: smaller than the tokenizer's "
+                       r"vocabulary \(305 entries"):  # fmt: skip
+        job._model_vocab(config, 305)  # a loaded tokenizer (tokenizer.path) of 305 ids
+    assert job._model_vocab(validate_config(compose_tiny()), 305) == 305  # default: the tokenizer's
+
+
+def test_a_vocabulary_the_corpus_cannot_fill_is_said_and_the_real_size_recorded(
+    compose_tiny, tmp_path, capsys, caplog
+):
+    run = tmp_path / "run"
+    with caplog.at_level(logging.WARNING, logger="packlm.train.job"):
+        train(compose_tiny("tokenizer.vocab_size=50000", "trainer.max_steps=1"), run_dir=run)
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    real = ckpt["hyper_parameters"]["model"]["vocab_size"]
+    assert 258 < real < 50000
+    assert ckpt[EXTRAS_KEY]["settings"]["tokenizer.vocab_size"] == real  # before: not recorded
+    note = f"tokenizer.vocab_size=50000: the corpus gave only {real} entries"
+    assert note in caplog.text and note in capsys.readouterr().out
+
+
+def test_a_finished_run_resumed_trains_nothing_and_says_so(compose_tiny, tmp_path, capsys):
+    run = tmp_path / "run"
+    train(compose_tiny("trainer.max_steps=2"), run_dir=run)
+    assert "trained 2 steps in" in capsys.readouterr().out
+    train(compose_tiny("trainer.max_steps=2", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}"))
+    out = capsys.readouterr().out
+    assert "trained 0 steps: the run had already ended at step 2" in out
+    assert "tokens/s" not in out  # before: "trained 2 steps in 1 s: ... tokens/s"
