@@ -10,12 +10,15 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 import packlm.train.job as job
 from helpers.runs import checkpoint_step, weights
 from packlm.callbacks import LastCheckpoint, TrainingDiverged
 from packlm.checkpoint.contents import KEY as EXTRAS_KEY
-from packlm.config import validate_config
+from packlm.config import CONFIG_DIR, validate_config
 from packlm.errors import ConfigError
 from packlm.train import train
 
@@ -135,3 +138,16 @@ def test_a_finished_run_resumed_trains_nothing_and_says_so(compose_tiny, tmp_pat
     out = capsys.readouterr().out
     assert "trained 0 steps: the run had already ended at step 2" in out
     assert "tokens/s" not in out  # before: "trained 2 steps in 1 s: ... tokens/s"
+
+
+def test_an_impossible_run_directory_is_one_error_line_before_hydra_writes_into_it(capsys):
+    with initialize_config_dir(CONFIG_DIR, version_base=None):
+        hydra_cfg = compose("config", overrides=[], return_hydra_config=True)
+    (callback,) = hydra_cfg.hydra.callbacks.values()  # registered in conf/config.yaml
+    cfg = OmegaConf.create({"hydra": {"run": {"dir": "/proc/packlm-nope/run"}}})
+    with pytest.raises(SystemExit) as exited:
+        instantiate(callback).on_run_start(config=cfg)
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert "the run directory (hydra.run.dir) /proc/packlm-nope/run is not writable" in err

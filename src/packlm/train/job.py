@@ -21,6 +21,7 @@ import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
@@ -74,6 +75,7 @@ from packlm.train.report import (
     summary,
     use_torch_leaf_spec,
 )
+from packlm.train.resume_config import resume_config
 from packlm.train.run_lock import RunLocked, run_lock
 
 log = logging.getLogger(__name__)
@@ -316,6 +318,23 @@ def _check_writable(directory: Path, what: str) -> None:
         raise OSError(e.errno, f"{what} {directory} is not writable ({hint})") from e
 
 
+class WritableRunDir(Callback):
+    """Hydra callback (conf/config.yaml, hydra.callbacks): the run or sweep directory is made
+    and probed before Hydra writes .hydra/ into it, so a read-only or impossible
+    hydra.run.dir is one `error:` line (exit 1), not Hydra's traceback."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config.hydra.run.dir, "the run directory (hydra.run.dir)")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config.hydra.sweep.dir, "the sweep directory (hydra.sweep.dir)")
+
+    @staticmethod
+    def _check(directory: str, what: str) -> None:
+        with one_line_errors(OSError):
+            _check_writable(Path(directory), what)
+
+
 def _drop_order(item: tuple[str, int]) -> int:
     order = ("empty", "invalid_utf8", "binary", "special_files", "duplicate_of_train")
     return order.index(item[0]) if item[0] in order else len(order)
@@ -345,11 +364,16 @@ ONE_LINE = (ConfigError, SourceError, StoreError, OSError, TrainingDiverged, Run
 def main(cfg: DictConfig) -> float:
     """Hydra entry point; returns `optimized_metric` (val/bpb by default) for sweepers.
 
+    A resume (`ckpt_path=...`) is composed from the run's own overrides with the command
+    line's on top (packlm/train/resume_config.py), so `python train.py ckpt_path=<ckpt>`
+    resumes a run started with any overrides.
     packlm's own errors (a bad config value, a bad source, an unreadable checkpoint) print as
     one message and exit 2 (config) or 1 (data, files); HYDRA_FULL_ERROR=1 shows the traceback.
     """
     try:
         with one_line_errors(*ONE_LINE):
+            if cfg.ckpt_path:  # the run's own settings, the command line's on top
+                cfg = resume_config(cfg)
             metrics = train(cfg)
     except TrainingStopped as stopped:
         # rank 0 reports the signal; other DDP ranks end cleanly (a non-zero exit of a child
