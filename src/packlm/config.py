@@ -72,6 +72,12 @@ class TrainConfig(ConfigGroup):
             raise ConfigError(
                 f"train.max_supervised_tokens={self.max_supervised_tokens}: must be positive"
             )
+        tokens = self.sample_tokens
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
+            raise ConfigError(
+                f"train.sample_tokens={tokens!r}: must be a positive integer "
+                "(train.sample_prompt='' turns the samples off)"
+            )
         every = self.checkpoint_every_n_steps
         if every is not None and (
             not isinstance(every, int) or isinstance(every, bool) or every < 1
@@ -215,9 +221,17 @@ def validate_config(cfg: DictConfig) -> Validated:
             "or train.max_supervised_tokens"
         )
     _check_top_level(cfg)
+    tokenizer = TokenizerConfig.from_mapping(cfg.tokenizer)
+    explicit = model.vocab_size != ModelConfig.vocab_size  # the default: the tokenizer's size
+    if explicit and tokenizer.path is None and model.vocab_size < tokenizer.vocab_size:
+        raise ConfigError(
+            f"model.vocab_size={model.vocab_size}: smaller than tokenizer.vocab_size="
+            f"{tokenizer.vocab_size} (the embedding needs a row for every id); leave "
+            "model.vocab_size at its default (the tokenizer's size) or set it to at least that"
+        )
     return Validated(
         data=DataConfig.from_mapping(cfg.data).validate(model_context=model.context_length),
-        tokenizer=TokenizerConfig.from_mapping(cfg.tokenizer),
+        tokenizer=tokenizer,
         model=model,
         optim=OptimConfig.from_mapping(cfg.optim),
         trainer=trainer,

@@ -133,6 +133,7 @@ class TrainerConfig(ConfigGroup):
             raise ConfigError(
                 f"trainer.accumulate_grad_batches={self.accumulate_grad_batches}: must be >= 1"
             )
+        _check_ranges(asdict(self))
         return self
 
     @classmethod
@@ -166,6 +167,40 @@ def _schema() -> type:
 
 
 TrainerSchema = _schema()
+
+
+def _check_ranges(values: dict[str, Any]) -> None:
+    """The values Lightning would refuse with a traceback after the store was built (or
+    accept and misuse: a negative clip value), named before any work."""
+    devices = values.get("devices")
+    if devices in (0, [], "0", "") or (isinstance(devices, int) and devices < -1):
+        raise ConfigError(
+            f"trainer.devices={devices!r}: a positive count, -1 or 'auto' (all), or a list of ids"
+        )
+    clip = values.get("gradient_clip_val")
+    if clip is not None and _is_number(clip) and clip < 0:
+        raise ConfigError(
+            f"trainer.gradient_clip_val={clip!r}: must be >= 0 (or null: no clipping)"
+        )
+    for key in ("val_check_interval", *(k for k in values if k.startswith("limit_"))):
+        value = values.get(key)
+        if value is None or not _is_number(value):
+            continue
+        zero_ok = key != "val_check_interval"  # limit_*=0 turns the loop off
+        if isinstance(value, float) and not (0.0 <= value <= 1.0 and (zero_ok or value > 0)):
+            what = "[0, 1]" if zero_ok else "(0, 1]"
+            raise ConfigError(
+                f"trainer.{key}={value!r}: a fraction in {what} of an epoch, or a batch count"
+            )
+        if isinstance(value, int) and value < (0 if zero_ok else 1):
+            raise ConfigError(
+                f"trainer.{key}={value!r}: must be {'>= 0' if zero_ok else '>= 1'} batches "
+                "(or a fraction of an epoch)"
+            )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _fits(value: Any, annotation: Any) -> bool:

@@ -5,7 +5,7 @@
   (the `Loss/` group TensorBoard opens first: `packlm.train.tensorboard.RunTensorBoard`).
 - `budget.py`: `SupervisedTokenBudget` stops after `train.max_supervised_tokens`.
 - `checkpointing.py`: atomic checkpoint writes, `last.ckpt` every N steps, clean stops on
-  SIGTERM / Ctrl-C.
+  SIGTERM / Ctrl-C, a stop at the first non-finite loss (never a checkpoint of NaN weights).
 - `resumed_settings.py`: `ResumedSettings`, a resume applies the current optimizer settings.
 - `batch_hashes.py`: `BatchHashes`, per-batch hashes for comparing runs (debugging, tests).
 - `progress_bar.py`: `EpochProgressBar`, Lightning's rich bar without "Epoch 3/-2".
@@ -18,8 +18,10 @@ from packlm.callbacks.budget import SupervisedTokenBudget
 from packlm.callbacks.checkpointing import (
     AtomicCheckpointIO,
     BestCheckpoint,
+    FiniteTraining,
     GracefulStop,
     LastCheckpoint,
+    TrainingDiverged,
     TrainingStopped,
 )
 from packlm.callbacks.progress_bar import EpochProgressBar, rich_available
@@ -41,6 +43,7 @@ __all__ = [
     "BestCheckpoint",
     "EpochProgressBar",
     "EpochStatistics",
+    "FiniteTraining",
     "GracefulStop",
     "HParams",
     "LastCheckpoint",
@@ -49,6 +52,7 @@ __all__ = [
     "SupervisedTokenAxis",
     "SupervisedTokenBudget",
     "TextSamples",
+    "TrainingDiverged",
     "TrainingRowText",
     "TrainingStopped",
     "rich_available",

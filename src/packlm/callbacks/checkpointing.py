@@ -8,6 +8,9 @@
 - `LastCheckpoint` writes `<dir>/last.ckpt` after every `every_n_steps` optimizer steps and
   at the end of training: a SIGKILL loses at most that many steps. At a step that also
   validates, the checkpoint is written after the validation, so a kill never loses a point.
+- `FiniteTraining` stops the run with `TrainingDiverged` at the first optimizer step whose
+  loss is NaN or infinite (and before a validation on non-finite weights), and
+  `LastCheckpoint` never writes non-finite weights: `last.ckpt` keeps the last good step.
 - `GracefulStop` turns SIGTERM and the first Ctrl-C (SIGINT) into: finish the optimizer step
   in flight, write `last.ckpt`, raise `TrainingStopped`. All ranks agree on the step to stop
   at. A second Ctrl-C interrupts at once (Lightning's KeyboardInterrupt path, no checkpoint).
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import re
 import signal
@@ -159,6 +163,11 @@ class LastCheckpoint(L.Callback):
     def path(self) -> Path:
         return self.dirpath / LAST
 
+    @property
+    def saved_step(self) -> int | None:
+        """The global step this run last wrote into last.ckpt (None: not yet)."""
+        return self._step_saved
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._step_seen = trainer.global_step  # a resumed run does not re-save its own state
         self._fitting = True
@@ -204,11 +213,68 @@ class LastCheckpoint(L.Callback):
 
     def save(self, trainer: L.Trainer, again: bool = False) -> None:
         """Write last.ckpt (all ranks must call it: Lightning synchronizes inside); `again`:
-        also where this step's checkpoint is written already."""
+        also where this step's checkpoint is written already. Weights that are not all
+        finite raise TrainingDiverged and leave the previous file."""
         if trainer.fast_dev_run or (self._step_saved == trainer.global_step and not again):
             return  # (the same decision on every rank: no file-system check here)
+        bad = nonfinite_weight(trainer.lightning_module)  # the same on every rank (DDP)
+        if bad is not None:
+            raise TrainingDiverged(trainer.global_step, f"the weight {bad} is not finite", self)
         trainer.save_checkpoint(self.path, weights_only=False)  # the full training state
         self._step_saved = trainer.global_step
+
+
+def nonfinite_weight(module: torch.nn.Module) -> str | None:
+    """The name of the first parameter holding a NaN or an infinity, None when all are finite
+    (one device sync)."""
+    named = list(module.named_parameters())
+    if not named:
+        return None
+    finite = torch.stack([torch.isfinite(p.detach()).all() for _, p in named]).tolist()
+    return next((name for (name, _), ok in zip(named, finite, strict=True) if not ok), None)
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the weights became NaN or infinite; last.ckpt holds the last good step."""
+
+    def __init__(self, step: int, what: str, last: LastCheckpoint):
+        self.step = step
+        kept = (
+            f"{last.path} keeps step {last.saved_step}"
+            if last.saved_step is not None
+            else f"{last.path} was not written by this run"
+        )
+        super().__init__(
+            f"training diverged at step {step}: {what}; {kept}. Try a lower optim.lr, a longer "
+            "optim.warmup_steps, trainer.gradient_clip_val=1.0 or trainer.precision=32-true"
+        )
+
+
+class FiniteTraining(L.Callback):
+    """Stop at the first step whose loss (summed over all ranks, so every rank agrees) is not
+    finite, and before a validation on non-finite weights: without it a diverged run went on
+    to its end, wrote NaN weights into last.ckpt and died in the text sampler."""
+
+    def __init__(self, last: LastCheckpoint):
+        self.last = last
+        self._step_seen: int | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._step_seen = trainer.global_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, *args: Any) -> None:
+        if trainer.global_step == self._step_seen:
+            return  # inside an accumulation cycle: the step's loss is not summed yet
+        self._step_seen = trainer.global_step
+        loss = float(pl_module.last_loss)
+        if not math.isfinite(loss):
+            raise TrainingDiverged(trainer.global_step, f"the training loss is {loss}", self.last)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        bad = nonfinite_weight(pl_module)
+        if bad is not None:
+            what = f"the weight {bad} is not finite (before validation)"
+            raise TrainingDiverged(trainer.global_step, what, self.last)
 
 
 def validation_follows(trainer: L.Trainer) -> bool:

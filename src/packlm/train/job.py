@@ -6,6 +6,7 @@ directly; `main` is only the Hydra entry point (the Lightning+Hydra template's s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -19,6 +20,7 @@ from pathlib import Path
 import hydra
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
@@ -29,6 +31,7 @@ from packlm.callbacks import (
     BatchImages,
     EpochProgressBar,
     EpochStatistics,
+    FiniteTraining,
     GracefulStop,
     HParams,
     LastCheckpoint,
@@ -37,6 +40,7 @@ from packlm.callbacks import (
     SupervisedTokenAxis,
     SupervisedTokenBudget,
     TextSamples,
+    TrainingDiverged,
     TrainingRowText,
     TrainingStopped,
     rich_available,
@@ -56,17 +60,21 @@ from packlm.data.epoch.curriculum import expected_batches
 from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
+from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
 from packlm.precision import auto_precision
 from packlm.train.allocator import keep_freed_memory
 from packlm.train.ddp_hydra import ddp_relaunch_runs_this_job
 from packlm.train.loggers import build_callbacks, build_loggers
 from packlm.train.report import (
+    Ran,
     log_model_size,
     quiet_lightning_leaf_spec,
     quiet_lightning_tips,
     summary,
 )
+from packlm.train.resume_config import resume_config
+from packlm.train.run_lock import RunLocked, run_lock
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +101,20 @@ def train(
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     _check_writable(run_dir, "the run directory (hydra.run.dir)")
     _check_writable(Path(cfg.cache_dir), "cache_dir")
+    owns_folder = rank_zero_only.rank == 0  # DDP: rank 0 holds the run folder for all ranks
+    with run_lock(run_dir) if owns_folder else contextlib.nullcontext():
+        return _fit(cfg, config, run_dir, checkpoint, init, callbacks)
+
+
+def _fit(
+    cfg: DictConfig,
+    config: Validated,
+    run_dir: Path,
+    checkpoint: dict | None,
+    init: dict | None,
+    callbacks: Sequence[L.Callback],
+) -> dict[str, float]:
+    """The run itself, in its locked folder: data, model, fit, the final validation."""
     if config.train.keep_freed_memory:
         keep_freed_memory()
     quiet_lightning_tips()
@@ -103,7 +125,10 @@ def train(
     datamodule.prepare_data()
     datamodule.setup("fit")
     _log_data_counts(datamodule)
-    model_config = replace(config.model, vocab_size=datamodule.vocab_size)
+    vocab_note = _vocab_note(config, datamodule)
+    if vocab_note and rank_zero_only.rank == 0:
+        log.warning("%s", vocab_note)
+    model_config = replace(config.model, vocab_size=_model_vocab(config, datamodule.vocab_size))
     resume_step = None
     if checkpoint is not None:
         check_model_shape(cfg.ckpt_path, checkpoint, model_config)
@@ -126,9 +151,14 @@ def train(
         LambdaCallback(on_validation_end=lambda tr, _: validated_at.append(tr.global_step)),
         *build_callbacks(cfg.callbacks, run_dir, validates),
         *budget,  # before LastCheckpoint, which saves on the step the budget stops at
+        FiniteTraining(last),  # before LastCheckpoint: a NaN loss stops before any save
         last,
         GracefulStop(last),  # after LastCheckpoint: one write when both want the same step
-        CheckpointExtras(datamodule.tokenizer, asdict(config.data), run_settings(config)),
+        CheckpointExtras(
+            datamodule.tokenizer,
+            asdict(config.data),
+            {**run_settings(config), "tokenizer.vocab_size": datamodule.vocab_size},  # the real
+        ),
         ResumedSettings(config.optim),
         StepMetrics(),  # before SupervisedTokenAxis, which reads the train/loss it logs
         SupervisedTokenAxis(config.trainer.log_every_n_steps),
@@ -205,8 +235,42 @@ def train(
     metrics["tokens/supervised"] = float(module.supervised_tokens_seen)
     if trainer.is_global_zero:
         seconds = time.perf_counter() - start
-        print(summary(metrics, seconds, trainer.global_step, last.path, run_dir, validates))
+        first_step, first_tokens = resume_step or (0, 0)
+        ran = Ran(
+            trainer.global_step - first_step,
+            module.supervised_tokens_seen - first_tokens,
+            seconds,
+            trainer.global_step,
+        )
+        print(summary(metrics, ran, last.path, run_dir, validates, vocab_note))
     return metrics
+
+
+def _model_vocab(config: Validated, tokenizer_vocab: int) -> int:
+    """The embedding's rows: the tokenizer's vocabulary. model.vocab_size at its default means
+    just that; set to fewer rows than the tokenizer has ids it is refused (it used to be
+    replaced without a word)."""
+    given = config.model.vocab_size
+    if given != ModelConfig.vocab_size and given < tokenizer_vocab:
+        raise ConfigError(
+            f"model.vocab_size={given}: smaller than the tokenizer's vocabulary "
+            f"({tokenizer_vocab} entries, tokenizer.vocab_size={config.tokenizer.vocab_size}): "
+            "the embedding needs a row for every id; leave model.vocab_size at its default "
+            "(the tokenizer's size) or set it to at least that"
+        )
+    return tokenizer_vocab
+
+
+def _vocab_note(config: Validated, datamodule: PackedDataModule) -> str | None:
+    """When the corpus gave fewer entries than tokenizer.vocab_size asked for: say so (a
+    vocabulary sweep's jobs above that size are the same run)."""
+    asked, real = config.tokenizer.vocab_size, datamodule.vocab_size
+    if config.tokenizer.path is not None or real >= asked:
+        return None
+    return (
+        f"tokenizer.vocab_size={asked}: the corpus gave only {real} entries (no pair left to "
+        f"merge); the run used {real}, as its hparams and checkpoint record"
+    )
 
 
 def _has_validation(config: Validated, datamodule: PackedDataModule) -> bool:
@@ -247,6 +311,23 @@ def _check_writable(directory: Path, what: str) -> None:
         raise OSError(e.errno, f"{what} {directory} is not writable ({hint})") from e
 
 
+class WritableRunDir(Callback):
+    """Hydra callback (conf/config.yaml, hydra.callbacks): the run or sweep directory is made
+    and probed before Hydra writes .hydra/ into it, so a read-only or impossible
+    hydra.run.dir is one `error:` line (exit 1), not Hydra's traceback."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config.hydra.run.dir, "the run directory (hydra.run.dir)")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config.hydra.sweep.dir, "the sweep directory (hydra.sweep.dir)")
+
+    @staticmethod
+    def _check(directory: str, what: str) -> None:
+        with one_line_errors(OSError):
+            _check_writable(Path(directory), what)
+
+
 def _drop_order(item: tuple[str, int]) -> int:
     order = ("empty", "invalid_utf8", "binary", "special_files", "duplicate_of_train")
     return order.index(item[0]) if item[0] in order else len(order)
@@ -268,15 +349,24 @@ def _log_data_counts(datamodule: PackedDataModule) -> None:
         )
 
 
+ONE_LINE = (ConfigError, SourceError, StoreError, OSError, TrainingDiverged, RunLocked)
+"""The errors `main` prints as one line (config: exit 2, the others: exit 1)."""
+
+
 @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> float:
     """Hydra entry point; returns `optimized_metric` (val/bpb by default) for sweepers.
 
+    A resume (`ckpt_path=...`) is composed from the run's own overrides with the command
+    line's on top (packlm/train/resume_config.py), so `python train.py ckpt_path=<ckpt>`
+    resumes a run started with any overrides.
     packlm's own errors (a bad config value, a bad source, an unreadable checkpoint) print as
     one message and exit 2 (config) or 1 (data, files); HYDRA_FULL_ERROR=1 shows the traceback.
     """
     try:
-        with one_line_errors(ConfigError, SourceError, StoreError, OSError):
+        with one_line_errors(*ONE_LINE):
+            if cfg.ckpt_path:  # the run's own settings, the command line's on top
+                cfg = resume_config(cfg)
             metrics = train(cfg)
     except TrainingStopped as stopped:
         # rank 0 reports the signal; other DDP ranks end cleanly (a non-zero exit of a child

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -49,25 +50,43 @@ def log_model_size(module: L.LightningModule) -> None:
     log.info("model: %.2fM parameters (%.2fM in %s)", params / 1e6, embedding / 1e6, where)
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What this process trained: steps and supervised tokens since its start (a resume
+    counts from its checkpoint), in how many seconds, and the step it ended at."""
+
+    steps: int
+    tokens: int
+    seconds: float
+    final_step: int
+
+
 def summary(
     metrics: dict[str, float],
-    seconds: float,
-    steps: int,
+    ran: Ran,
     last: Path,
     run_dir: Path,
     validated: bool,
+    note: str | None = None,
 ) -> str:
     """The last lines of a run: time, steps, tokens, the final validation, where things are."""
-    tokens = metrics.get("tokens/supervised", 0.0)
-    lines = [
-        f"trained {steps} steps in {seconds:.0f} s: {tokens:,.0f} supervised tokens "
-        f"({tokens / max(seconds, 1e-9):,.0f} tokens/s)",
-    ]
+    if ran.steps > 0:
+        lines = [
+            f"trained {ran.steps} steps in {ran.seconds:.0f} s: {ran.tokens:,.0f} supervised "
+            f"tokens ({ran.tokens / max(ran.seconds, 1e-9):,.0f} tokens/s)",
+        ]
+    else:
+        lines = [
+            f"trained 0 steps: the run had already ended at step {ran.final_step} (nothing to "
+            "do; raise trainer.max_steps or train.max_supervised_tokens to train further)"
+        ]
     if validated and not math.isnan(metrics.get("val/loss", math.nan)):
         lines.append(
             f"val/loss {metrics['val/loss']:.4f}   val/bpb {metrics.get('val/bpb', math.nan):.4f}"
         )
     else:
         lines.append("no validation (no validation documents, or trainer.limit_val_batches=0)")
+    if note:
+        lines.append(note)
     lines += [f"checkpoint: {last}", f"TensorBoard: tensorboard --logdir {run_dir}"]
     return "\n".join(lines)

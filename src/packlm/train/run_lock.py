@@ -1,0 +1,111 @@
+"""One run folder, one run: `<run>/.run.lock` is held for the whole life of the training job.
+
+Two resumes of the same checkpoint would write the same last.ckpt and logs, each undoing the
+other's steps. The second is refused at once, naming the holder (pid, host, start time). The
+lock is an flock, which the kernel drops with a killed process; a lock still held by a
+process that inherited it from a dead owner is broken, as the cache's locks are
+(packlm.cache.entry: the owner record and its liveness test are the same). Only rank 0 of a
+DDP run takes it (the other ranks run in the same folder by design).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+from packlm.cache.entry import owner_alive, process_start
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".run.lock"
+_held: set[int] = set()  # fds of the run locks this process holds; closed in forked children
+
+
+def _close_inherited() -> None:
+    for fd in list(_held):
+        with contextlib.suppress(OSError):
+            os.close(fd)  # a DataLoader worker never keeps its parent's run locked
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited)
+
+
+class RunLocked(RuntimeError):
+    """Another live process trains in this run folder."""
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold `<run_dir>/.run.lock` for the block; RunLocked at once when another run holds it."""
+    path = Path(run_dir) / LOCK_NAME
+    fd = _take(path)
+    _held.add(fd)
+    try:
+        yield
+    finally:
+        _held.discard(fd)
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _take(path: Path) -> int:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = _owner(path)
+            os.close(fd)
+            if owner_alive(owner) is not False:
+                raise RunLocked(_in_use(path.parent, owner)) from None
+            log.warning(
+                "breaking the run lock %s: its owner, process %s, is dead (the lock was kept "
+                "by a process that inherited it)",
+                path,
+                owner.get("pid"),
+            )
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            continue  # a new lock file
+        if os.path.exists(path) and os.stat(path).st_ino == os.fstat(fd).st_ino:
+            break
+        os.close(fd)  # broken by another process meanwhile: retry on the new file
+    pid = os.getpid()
+    record = {
+        "pid": pid,
+        "start": process_start(pid),
+        "host": socket.gethostname(),
+        "started": datetime.now().isoformat(timespec="seconds"),
+    }
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(record).encode(), 0)
+    return fd
+
+
+def _owner(path: Path) -> dict:
+    try:
+        owner = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+def _in_use(run_dir: Path, owner: dict) -> str:
+    holder = (
+        f"process {owner.get('pid', '?')} on {owner.get('host', '?')}, "
+        f"started {owner.get('started', '?')}"
+    )
+    return (
+        f"{run_dir} is in use by another run ({holder}): two runs in one folder would "
+        "overwrite each other's checkpoints; wait for it to end, or stop it"
+    )
