@@ -235,7 +235,7 @@ class Tokenizer:
     ) -> Tokenizer:
         """Load GPT-2 style vocab.json + merges.txt (byte-to-unicode strings). With a
         `cache_dir`, what loading derives is kept there for the next load (cache.py)."""
-        from packlm.tokenizer import cache
+        from packlm.tokenizer import obtain as cache
 
         special_tokens = check_special_tokens(special_tokens)
 
@@ -260,7 +260,7 @@ class Tokenizer:
         cache_dir: str | os.PathLike | None = None,
     ) -> Tokenizer:
         """Load a directory written by `save` (its digest checked); `cache_dir` as in from_files."""
-        from packlm.tokenizer import cache
+        from packlm.tokenizer import obtain as cache
 
         files = [os.path.join(directory, name) for name in formats.SAVED_FILES]
         build = lambda: formats.load_dir(cls, directory, engine=engine)  # noqa: E731

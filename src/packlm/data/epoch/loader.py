@@ -116,6 +116,12 @@ class PlanDataLoader(DataLoader):
         num_workers: int = 0,
         **kwargs: Any,
     ):
+        if not isinstance(sampler, PlanSampler):  # Lightning's distributed sampler replacement
+            raise ConfigError(
+                f"PackedDataModule shards the epoch plan itself, but its loader was rebuilt "
+                f"around a {type(sampler).__name__}: create the Trainer with "
+                "use_distributed_sampler=False"
+            )
         kwargs.setdefault("persistent_workers", num_workers > 0)
         super().__init__(
             dataset,
