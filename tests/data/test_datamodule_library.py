@@ -72,3 +72,13 @@ def test_keywords_and_a_tokenizer_object_from_python(tiny_corpus, tmp_path):
     assert all(np.array_equal(first[k], batch[k]) for k in batch)
     with pytest.raises(ConfigError, match=r"^data\.strid: unknown key \(did you mean stride"):
         PackedDataModule(strid=8)
+
+
+def test_varlen_adds_the_runs_to_each_batch(prepared):  # noqa: F811
+    dm = PackedDataModule(prepared=prepared, varlen=True, **KEYS)
+    batch = next(iter(dm.train_dataloader()))
+    cu = batch["cu_seqlens"]
+    assert cu[-1] == batch["input_ids"].numel() and int(batch["max_seqlen"]) <= KEYS["window"]
+    assert "cu_seqlens" not in next(
+        iter(PackedDataModule(prepared=prepared, **KEYS).val_dataloader())
+    )

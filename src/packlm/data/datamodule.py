@@ -37,12 +37,14 @@ log = logging.getLogger(__name__)
 
 
 class PackedDataModule(EpochPlans, L.LightningDataModule):
-    """Batches of DESIGN.md from `data.*` (the plans of `EpochPlans`, with its arguments:
-    the data keys as keyword arguments, as Hydra's `_target_` does, or `data=DataConfig(...)`)."""
+    """Batches of `packlm.batch` from `data.*` (the plans of `EpochPlans`, with its arguments:
+    the data keys as keyword arguments, as Hydra's `_target_` does, or `data=DataConfig(...)`).
+    `varlen=True` adds `cu_seqlens` and `max_seqlen` (varlen attention kernels) to each batch."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, varlen: bool = False, **kwargs: Any):
         L.LightningDataModule.__init__(self)
         EpochPlans.__init__(self, *args, **kwargs)
+        self.varlen = varlen
         self._position = curriculum.Position()  # training's, shared by the epochs' samplers
         self._logged_epochs: set[int] = set()
         self._train_sampler: PlanSampler | None = None
@@ -114,7 +116,7 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         # keywords only: a rebuild by Lightning then reaches PlanDataLoader's sampler check
         return PlanDataLoader(
             dataset=dataset, sampler=sampler, packing=cfg.packing, signature=signature,
-            num_workers=self.data.num_workers,
+            num_workers=self.data.num_workers, varlen=self.varlen,
         )  # fmt: skip
 
     def _rank_world(self) -> tuple[int, int]:

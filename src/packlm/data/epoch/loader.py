@@ -114,6 +114,7 @@ class PlanDataLoader(DataLoader):
         packing: str,
         signature: dict[str, Any],
         num_workers: int = 0,
+        varlen: bool = False,
         **kwargs: Any,
     ):
         if not isinstance(sampler, PlanSampler):  # Lightning's distributed sampler replacement
@@ -127,11 +128,12 @@ class PlanDataLoader(DataLoader):
             dataset,
             sampler=sampler,
             batch_size=None,
-            collate_fn=partial(collate_arrays, packing=packing),
+            collate_fn=partial(collate_arrays, packing=packing, varlen=varlen),
             num_workers=num_workers,
             **kwargs,
         )
         self.signature = signature
+        self.varlen = varlen  # Lightning rebuilds loaders from their attributes
 
     def __iter__(self):
         sampler: PlanSampler = self.sampler
