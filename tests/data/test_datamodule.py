@@ -88,20 +88,15 @@ def test_validation_scores_every_token_once(prepared):
     assert np.array_equal(counts, expected)
 
 
-def test_ranks_come_from_the_trainer_which_must_not_replace_the_sampler(prepared):
+def test_ranks_come_from_the_trainer(prepared):
     dm = module(prepared)
-    connector = SimpleNamespace(use_distributed_sampler=True)
     dm.trainer = SimpleNamespace(
         world_size=2,
         global_rank=1,
-        _accelerator_connector=connector,
         fit_loop=SimpleNamespace(
             epoch_progress=SimpleNamespace(current=SimpleNamespace(processed=3))
         ),
     )
-    with pytest.raises(ConfigError, match="use_distributed_sampler=False"):
-        dm.train_dataloader()
-    connector.use_distributed_sampler = False
     sampler = dm.train_dataloader().sampler
     assert (sampler.rank, sampler.world_size, sampler.epoch) == (1, 2, 3)
 

@@ -1,11 +1,16 @@
 """The LightningDataModule: config -> tokenizer + stores -> per-epoch plans -> batches.
 
-Trainer requirements (train.py sets them):
-- `use_distributed_sampler=False`: the plan is sharded by rank here; Lightning's sampler
-  replacement would shard it a second time.
-- `reload_dataloaders_every_n_epochs=1` when several epochs run: an epoch's number of
-  batches depends on its offsets and packs, and Lightning reads the length only when it
-  (re)loads the dataloader; otherwise an epoch longer than the first is cut (logged).
+Use it from any Lightning code: `PackedDataModule(sources=[...], window=256, ...)` (the
+`data.*` keys, `tokenizer`, `cache_dir`), then `trainer.fit(module, datamodule=dm)` with a
+plain `lightning.Trainer`. What it needs from the Trainer it sets or checks itself:
+- `reload_dataloaders_every_n_epochs=1`: an epoch's number of batches depends on its
+  offsets and packs, and Lightning reads the length only when it (re)loads the dataloader,
+  so an epoch longer than the first would be cut. `setup` sets Lightning's default 0 to 1;
+  any other value is a ConfigError.
+- `use_distributed_sampler=False` under a distributed strategy: the plan is sharded by rank
+  here, and Lightning's sampler replacement would shard it a second time. Lightning keeps
+  that flag private, so the replacement itself is refused: `PlanDataLoader` raises a
+  ConfigError naming the flag when it is rebuilt around another sampler.
 The train DataLoader is stateful (`state_dict`), so checkpoints resume mid-epoch exactly.
 With data.curriculum the data position is also this module's state: Lightning reads the
 epoch's length before it restores the loader, and that length depends on the phase.
@@ -32,12 +37,14 @@ log = logging.getLogger(__name__)
 
 
 class PackedDataModule(EpochPlans, L.LightningDataModule):
-    """Batches of DESIGN.md from `data.*` (the plans of `EpochPlans`, with its arguments:
-    the data keys as keyword arguments, as Hydra's `_target_` does, or `data=DataConfig(...)`)."""
+    """Batches of `packlm.batch` from `data.*` (the plans of `EpochPlans`, with its arguments:
+    the data keys as keyword arguments, as Hydra's `_target_` does, or `data=DataConfig(...)`).
+    `varlen=True` adds `cu_seqlens` and `max_seqlen` (varlen attention kernels) to each batch."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, varlen: bool = False, **kwargs: Any):
         L.LightningDataModule.__init__(self)
         EpochPlans.__init__(self, *args, **kwargs)
+        self.varlen = varlen
         self._position = curriculum.Position()  # training's, shared by the epochs' samplers
         self._logged_epochs: set[int] = set()
         self._train_sampler: PlanSampler | None = None
@@ -62,6 +69,22 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         world = self._rank_world()[1]
         rates = [self.supervised_tokens_per_batch(p) * world for p in range(len(self.phases))]
         return curriculum.expected_tokens(self.phases, rates, batches)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Open the stores; under a Trainer, make it reload the loaders every epoch."""
+        super().setup(stage)
+        trainer = self.trainer
+        if trainer is None or stage is None:  # stage None: the plans' own calls (store())
+            return
+        reload = trainer.reload_dataloaders_every_n_epochs
+        if reload == 0:  # Lightning's default: the first epoch's length would be kept
+            trainer.reload_dataloaders_every_n_epochs = 1
+        elif reload != 1:
+            raise ConfigError(
+                f"PackedDataModule: the Trainer has reload_dataloaders_every_n_epochs={reload}; "
+                "every epoch has its own plan and length, so create it with "
+                "reload_dataloaders_every_n_epochs=1 (or leave it at its default)"
+            )
 
     # --- dataloaders ---------------------------------------------------------------------
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -90,16 +113,15 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         bos, weights = store.eos_id if cfg.bos else None, self.source_weights
         dataset = WindowDataset(store.path, cfg.window, store.pad_id, bos)
         signature = plan_signature(cfg, store, weights if split == "train" else None)
-        return PlanDataLoader(dataset, sampler, cfg.packing, signature, self.data.num_workers)
+        # keywords only: a rebuild by Lightning then reaches PlanDataLoader's sampler check
+        return PlanDataLoader(
+            dataset=dataset, sampler=sampler, packing=cfg.packing, signature=signature,
+            num_workers=self.data.num_workers, varlen=self.varlen,
+        )  # fmt: skip
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = self.trainer
         if trainer is not None:
-            if trainer.world_size > 1 and trainer._accelerator_connector.use_distributed_sampler:
-                raise ConfigError(
-                    "PackedDataModule shards the epoch plan itself: create the Trainer with "
-                    "use_distributed_sampler=False"
-                )
             return trainer.global_rank, trainer.world_size
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             return torch.distributed.get_rank(), torch.distributed.get_world_size()

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from packlm.cache.entry import locked, temporary_sibling
 from packlm.data.config import DataConfig, source_weight
 from packlm.data.epoch import curriculum
 from packlm.data.epoch.order import directory_groups
@@ -29,13 +30,18 @@ from packlm.data.epoch.windows import validation_config
 from packlm.data.store.prepared import DEFAULT_CACHE_DIR, prepare_stores
 from packlm.data.store.token_store import TokenStore
 from packlm.tokenizer.config import TokenizerConfig
+from packlm.tokenizer.obtain import TOKENIZERS_DIR
+from packlm.tokenizer.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
 
 class EpochPlans:
     """The epoch plans of `data.*`; build with the data keys as keyword arguments
-    (`EpochPlans(window=128, ...)`) or `data=DataConfig(...)`.
+    (`EpochPlans(window=128, ...)`) or `data=DataConfig(...)`; an unknown or invalid key
+    raises ConfigError naming it. `tokenizer`: the `tokenizer.*` keys (a mapping, trained
+    and cached) or a `packlm.tokenizer.Tokenizer` (its special tokens must include
+    "<|pad|>").
 
     `prepared` (a `packlm.data.store.prepared.PreparedData`) skips building: tests and tools that
     already have stores pass it.
@@ -43,7 +49,7 @@ class EpochPlans:
 
     def __init__(
         self,
-        tokenizer: TokenizerConfig | Mapping | None = None,
+        tokenizer: TokenizerConfig | Mapping | Tokenizer | None = None,
         cache_dir: str | Path = DEFAULT_CACHE_DIR,
         model_context: int | None = None,
         data: DataConfig | None = None,
@@ -54,6 +60,9 @@ class EpochPlans:
         if data_keys:  # Hydra's instantiate, or keyword arguments
             data = DataConfig.from_mapping({**(asdict(data) if data else {}), **data_keys})
         self.data = DataConfig.from_mapping(data).validate(model_context)
+        self._given_tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else None
+        if self._given_tokenizer is not None:  # saved into the cache by prepare_data
+            tokenizer = {"special_tokens": tokenizer.special_tokens, "pattern": tokenizer.pattern}
         self.tokenizer_config = TokenizerConfig.from_mapping(tokenizer)
         self.cache_dir = Path(cache_dir)
         self.progress = progress
@@ -87,9 +96,26 @@ class EpochPlans:
     def prepare_data(self) -> None:
         """Train or load the tokenizer and build the stores (cached; Lightning: once per node)."""
         if self.prepared is None:
+            if self._given_tokenizer is not None:
+                self.tokenizer_config = self._save_given_tokenizer()
             self.prepared = prepare_stores(
                 self.data, self.tokenizer_config, self.cache_dir, self.progress
             )
+
+    def _save_given_tokenizer(self) -> TokenizerConfig:
+        """A `Tokenizer` object passed as `tokenizer`: saved once under the cache (by its
+        digest, written to a temporary name and renamed), then loaded like `tokenizer.path`."""
+        tok = self._given_tokenizer
+        dest = self.cache_dir.expanduser().resolve() / TOKENIZERS_DIR / f"given-{tok.digest()}"
+        if not dest.is_dir():
+            with locked(dest):
+                if not dest.is_dir():
+                    tmp = temporary_sibling(dest)
+                    tok.save(tmp)
+                    tmp.rename(dest)
+        return TokenizerConfig.from_mapping(
+            {"path": str(dest), "special_tokens": tok.special_tokens, "pattern": tok.pattern}
+        )
 
     def setup(self, stage: str | None = None) -> None:
         """Open the stores (every process); cheap when already done."""

@@ -1,12 +1,11 @@
 """LightningModule around the Transformer: forward, the token-weighted loss, AdamW.
 
 The loss of an optimizer step is the sum of cross-entropy over its supervised targets divided
-by N, the supervised targets of the whole step (all micro-batches and ranks); how that is
-made exact under accumulation and DDP is `packlm.model.loss`. This module accumulates the
-step's totals on the device (no sync per micro-batch), reduces them once per step, rescales
-the gradients and keeps the results for the callbacks: `last_step` (a `StepTotals`),
-`last_loss`, `last_grad_norm` (before clipping) and the cumulative `tokens_seen`
-(checkpointed). Logging them with throughput is `packlm.callbacks.StepMetrics`.
+by N, the supervised targets of the whole step (all micro-batches and ranks): the mixin
+`packlm.model.step_loss.ExactStepLoss` (which any LightningModule can use) accumulates the
+step's totals on the device, reduces them once per step, rescales the gradients and keeps
+`last_step`, `last_loss`, `last_grad_norm` and `tokens_seen` for the callbacks; the
+derivation is `packlm.model.loss`. Logging them is `packlm.callbacks.StepMetrics`.
 
 Callbacks' `on_before_optimizer_step` run before this module's, so they see gradients
 before the rescale (off by a positive factor only).
@@ -31,22 +30,15 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_warn
 from torch import Tensor
 
+from packlm.batch import IGNORE_INDEX
 from packlm.model.config import PARAM_GROUPS, ModelConfig, OptimConfig, as_dict
-from packlm.model.loss import (
-    COUNTS,
-    IGNORE_INDEX,
-    StepTotals,
-    document_weights,
-    grad_norm,
-    head_cross_entropy,
-    micro_batch_totals,
-    scale_to_step_mean,
-)
+from packlm.model.loss import document_weights, head_cross_entropy
 from packlm.model.schedule import lr_factor, time_limit
+from packlm.model.step_loss import ExactStepLoss
 from packlm.model.transformer import Transformer
 
 
-class LitCausalLM(L.LightningModule):
+class LitCausalLM(ExactStepLoss, L.LightningModule):
     def __init__(
         self,
         model: ModelConfig | Mapping[str, Any] | None = None,
@@ -67,15 +59,15 @@ class LitCausalLM(L.LightningModule):
         if token_byte_lengths is not None:
             self.set_token_byte_lengths(token_byte_lengths)
         self.loss_scale = 1.0 / self.model_config.context_length  # s in packlm.model.loss
-        self.tokens_seen = dict.fromkeys(COUNTS, 0)  # cumulative, all ranks, in checkpoints
-        self.last_step: StepTotals | None = None  # totals of the last optimizer step
-        self.last_loss = 0.0  # loss of the last optimizer step (logged as train/loss)
-        self.last_grad_norm: Tensor | float = 0.0  # of the last step, before clipping
-        self._cycle: Tensor | None = None  # StepTotals of the accumulation cycle so far
         self._eval: Tensor | None = None  # [nats, supervised, bytes] of the eval loop so far
         self._warmup_end_s: float | None = None  # Timer seconds at warmup's end (checkpointed)
 
     # --- plumbing -------------------------------------------------------------------------
+
+    @property
+    def loss_weighting(self) -> str:
+        """ExactStepLoss's denominator: model.loss_weighting."""
+        return self.model_config.loss_weighting
 
     def set_token_byte_lengths(self, lengths: Sequence[int] | Tensor) -> None:
         """UTF-8 byte length of each token id (0 for special tokens), for val/bpb."""
@@ -86,11 +78,6 @@ class LitCausalLM(L.LightningModule):
                 f"({self.model_config.vocab_size},) = (model.vocab_size,)"
             )
         self.token_byte_lengths = lengths
-
-    @property
-    def supervised_tokens_seen(self) -> int:
-        """Supervised targets of all completed optimizer steps, all ranks (for a budget callback)."""
-        return self.tokens_seen["supervised"]
 
     def forward(self, input_ids, segment_ids=None, position_ids=None) -> Tensor:
         return self._run_model(input_ids, segment_ids, position_ids)  # [B, T, V]
@@ -119,42 +106,14 @@ class LitCausalLM(L.LightningModule):
     # --- training: the loss of packlm.model.loss ------------------------------------------
 
     def training_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> Tensor:
-        if self.model_config.loss_weighting == "token":
-            sum_ce, supervised = self._sum_ce(batch)
-            totals = micro_batch_totals(batch, sum_ce, supervised)  # stays on the device
-            objective = sum_ce
+        if self.loss_weighting == "token":
+            objective = self.record_micro_batch(batch, self._cross_entropy(batch)[0])
         else:  # document: each target weighted by 1 / (targets of its document piece)
             dtype = torch.promote_types(self.model.lm_head.weight.dtype, torch.float32)  # CE's
             weights, pieces = document_weights(batch["labels"], batch.get("segment_ids"), dtype)
-            objective, ce = self._cross_entropy(batch, weights)  # ce [B, T]
-            supervised = batch["labels"] != IGNORE_INDEX
-            totals = micro_batch_totals(batch, ce.sum(), supervised, objective, pieces)
-        self._cycle = totals if self._cycle is None else self._cycle + totals
+            weighted, ce = self._cross_entropy(batch, weights)  # ce [B, T]
+            objective = self.record_micro_batch(batch, ce.sum(), weighted, pieces)
         return objective * self.loss_scale
-
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """End of the accumulation cycle: reduce the totals, rescale to sum CE / N."""
-        step = StepTotals.from_tensor(self.trainer.strategy.reduce(self._cycle, reduce_op="sum"))
-        self._cycle = None
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        grads = [p.grad for p in params if p.grad is not None]
-        by_document = self.model_config.loss_weighting == "document"
-        denominator = step.target_documents if by_document else step.supervised
-        if denominator > 0:
-            trainer = self.trainer
-            scale_to_step_mean(
-                grads, denominator, trainer.accumulate_grad_batches, trainer.world_size,
-                self.loss_scale,
-            )  # fmt: skip
-        else:  # nothing to learn from: AdamW skips parameters without gradient
-            for p in params:
-                p.grad = None
-            grads = []
-        self.last_step = step
-        self.last_loss = step.loss_per_document if by_document else step.loss
-        self.last_grad_norm = grad_norm(grads)
-        for key, n in step.counts().items():
-            self.tokens_seen[key] += n
 
     # --- validation / test: totals over the whole loop and all ranks ------------------------
 
@@ -300,9 +259,9 @@ class LitCausalLM(L.LightningModule):
     # --- checkpoints ----------------------------------------------------------------------
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["packlm_tokens_seen"] = dict(self.tokens_seen)
+        super().on_save_checkpoint(checkpoint)  # tokens_seen (ExactStepLoss)
         checkpoint["packlm_warmup_end_s"] = self._warmup_end_s
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.tokens_seen.update(checkpoint.get("packlm_tokens_seen", {}))
+        super().on_load_checkpoint(checkpoint)
         self._warmup_end_s = checkpoint.get("packlm_warmup_end_s")

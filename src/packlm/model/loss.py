@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from packlm.data.epoch.collate import IGNORE_INDEX
+from packlm.batch import IGNORE_INDEX
 from packlm.model import fused
 
 COUNTS = ("input", "nonpad", "supervised", "documents")

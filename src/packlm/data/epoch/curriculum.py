@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from packlm.batch import piece_targets
 from packlm.data.config import DataConfig
 from packlm.data.epoch.plan import EpochPlan
 
@@ -88,13 +89,10 @@ class Segment(NamedTuple):
 
 
 def sample_targets(plan: EpochPlan, positions: np.ndarray) -> np.ndarray:
-    """int64 [n]: supervised targets (collate's labels != -100) of the samples at positions."""
+    """int64 [n]: supervised targets (`packlm.batch`'s label rule) of the samples at positions."""
     ids = plan.sample_ids(positions)
     row, _, _, length = plan.pieces(ids)
-    if plan.packing == "stream":  # one segment per row: R tokens read, R-1 targets
-        read = np.bincount(row, weights=length, minlength=len(ids))
-        return np.maximum(read - 1, 0).astype(np.int64)
-    return np.bincount(row, weights=length - 1, minlength=len(ids)).astype(np.int64)
+    return piece_targets(row, length, len(ids), plan.packing)
 
 
 def phase_batches(plan: EpochPlan, start: int, step: int, need: int) -> np.ndarray:

@@ -114,18 +114,26 @@ class PlanDataLoader(DataLoader):
         packing: str,
         signature: dict[str, Any],
         num_workers: int = 0,
+        varlen: bool = False,
         **kwargs: Any,
     ):
+        if not isinstance(sampler, PlanSampler):  # Lightning's distributed sampler replacement
+            raise ConfigError(
+                f"PackedDataModule shards the epoch plan itself, but its loader was rebuilt "
+                f"around a {type(sampler).__name__}: create the Trainer with "
+                "use_distributed_sampler=False"
+            )
         kwargs.setdefault("persistent_workers", num_workers > 0)
         super().__init__(
             dataset,
             sampler=sampler,
             batch_size=None,
-            collate_fn=partial(collate_arrays, packing=packing),
+            collate_fn=partial(collate_arrays, packing=packing, varlen=varlen),
             num_workers=num_workers,
             **kwargs,
         )
         self.signature = signature
+        self.varlen = varlen  # Lightning rebuilds loaders from their attributes
 
     def __iter__(self):
         sampler: PlanSampler = self.sampler

@@ -1,0 +1,97 @@
+"""The batch contract, written down once: what every packlm batch holds and the rules that
+make it (numpy only, so DataLoader workers build it and planning never imports torch).
+
+A worker reads, for each of the B rows, T+1 consecutive tokens and the document index of
+each token inside its row (`segments`, -1 on PAD); everything below derives from those two
+arrays:
+
+| key | dtype, shape | meaning |
+| --- | --- | --- |
+| `input_ids` | int64 [B, T] | tokens[:, :T]; PAD where no token |
+| `labels` | int64 [B, T] | the next token, or -100 (`IGNORE_INDEX`) where it is PAD, in another document (packing `document`/`none`), or past the end |
+| `segment_ids` | int32 [B, T] | document index inside the row, 0, 1, 2...; -1 on PAD; all 0 in `stream` packing |
+| `position_ids` | int64 [B, T] | 0 at the row start and at every document start (`document`/`none`), +1 per token; 0..T-1 per row in `stream`; 0 on PAD |
+| `cu_seqlens` | int32 [S+1] | only with `varlen`: starts of the S runs of equal segment id over the flattened B*T tokens (a run never spans two rows; a row's PAD tail is one run), then B*T |
+| `max_seqlen` | int64 [] | only with `varlen`: the longest run |
+
+`cu_seqlens` / `max_seqlen` are what varlen attention kernels take (flash-attn's
+`flash_attn_varlen_func`; Hugging Face's flash-attention path as `cu_seq_lens_q/k` and
+`max_length_q/k`). A model that takes only `position_ids` (Hugging Face's SDPA and eager
+attention detect packed rows from them) isolates the same documents: a position that does
+not follow its predecessor by +1 starts a new one, and every PAD (position 0) is alone.
+
+Labels are already shifted: `labels[:, j]` is the target of `input_ids[:, j]`. Pass them to a
+loss as they are, never to a Hugging Face model's own `labels=` (it shifts them again).
+Counts from the batch alone: supervised = `(labels != IGNORE_INDEX).sum()`, non-pad =
+`(segment_ids >= 0).sum()`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+IGNORE_INDEX = -100
+"""The label of a position that is not a target (PyTorch's cross-entropy default)."""
+
+KEYS = ("input_ids", "labels", "segment_ids", "position_ids")
+VARLEN_KEYS = ("cu_seqlens", "max_seqlen")
+
+
+def make_batch(
+    tokens: np.ndarray, segments: np.ndarray, packing: str, varlen: bool = False
+) -> dict[str, np.ndarray]:
+    """tokens int64 [B, T+1] (PAD where none), segments int32 [B, T+1] (-1 where PAD) ->
+    the batch above; in `stream` packing a row is one segment (targets cross documents)."""
+    seg = np.where(segments >= 0, 0, -1).astype(np.int32) if packing == "stream" else segments
+    seg_in = np.ascontiguousarray(seg[:, :-1], dtype=np.int32)
+    batch = {
+        "input_ids": np.ascontiguousarray(tokens[:, :-1]),
+        "labels": labels(tokens, seg),
+        "segment_ids": seg_in,
+        "position_ids": positions(seg_in),
+    }
+    if varlen:
+        batch["cu_seqlens"], batch["max_seqlen"] = varlen_runs(seg_in)
+    return batch
+
+
+def labels(tokens: np.ndarray, segments: np.ndarray) -> np.ndarray:
+    """The label rule: int64 [B, T], the next token where it is real and in the same segment,
+    else IGNORE_INDEX. tokens, segments: [B, T+1]."""
+    seg_in, seg_next = segments[:, :-1], segments[:, 1:]
+    target = (seg_next == seg_in) & (seg_next >= 0)
+    return np.where(target, tokens[:, 1:], IGNORE_INDEX).astype(np.int64)
+
+
+def piece_targets(row: np.ndarray, length: np.ndarray, rows: int, packing: str) -> np.ndarray:
+    """int64 [rows]: the targets `labels` gives each row, from its document pieces alone
+    (row index and tokens read of each piece), without reading a token: a piece of n tokens
+    has n-1 targets (one segment: no target across it); in `stream` packing a row is one
+    segment, so a row that read R tokens has R-1."""
+    if packing == "stream":
+        read = np.bincount(row, weights=length, minlength=rows)
+        return np.maximum(read - 1, 0).astype(np.int64)
+    return np.bincount(row, weights=length - 1, minlength=rows).astype(np.int64)
+
+
+def positions(segments: np.ndarray) -> np.ndarray:
+    """int64 [B, T]: 0 where a segment starts (and at the row start), +1 per token; 0 on PAD."""
+    _, t = segments.shape
+    col = np.arange(t)
+    run_start = np.maximum.accumulate(np.where(_starts(segments), col, 0), axis=1)  # [B, T]
+    return np.where(segments >= 0, col - run_start, 0).astype(np.int64)
+
+
+def varlen_runs(segments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cu_seqlens int32 [S+1], max_seqlen int64 []) of [B, T] segment ids: the runs of equal
+    id over the flattened rows, a new run at every row start."""
+    starts = np.flatnonzero(_starts(segments))  # row-major: flattened positions
+    cu = np.append(starts, segments.size).astype(np.int32)
+    return cu, np.asarray(np.diff(cu).max(initial=0), dtype=np.int64)
+
+
+def _starts(segments: np.ndarray) -> np.ndarray:
+    """bool [B, T]: where a run of equal segment id starts (every row start included)."""
+    starts = np.ones(segments.shape, dtype=bool)
+    starts[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    return starts
