@@ -23,21 +23,13 @@ PUBLIC_UNDERSCORED = {"_exit", "_asdict", "_replace", "_fields", "_make", "_fiel
 """Documented names that start with an underscore (os._exit, namedtuple's methods)."""
 
 PENDING = {
-    ("src/packlm/model/loss.py", "_foreach_mul_"): "packlm.shims.foreach_mul_",
-    ("src/packlm/model/loss.py", "_foreach_norm"): "packlm.shims.foreach_norm",
-    ("src/packlm/data/datamodule.py", "_accelerator_connector"): (
-        "packlm.shims.uses_distributed_sampler"
-    ),
     ("src/packlm/export/tiktoken_ranks.py", "_pat_str"): "tiktoken's, not one of LIBRARIES",
     ("src/packlm/data/store/encode.py", "_processes"): "concurrent.futures', not one of LIBRARIES",
 }
 """Uses in files of other owners (model/, data/, export/), each with its replacement: an
 entry is removed with the use (the test fails on an entry that no longer matches)."""
 
-PENDING_IN_CLASSES = {
-    "packlm.model.lit_module.LitCausalLM._trainer": "`self.trainer` raises when unattached: "
-    "`self._trainer is None` -> a public check (model/ owner)",
-}
+PENDING_IN_CLASSES: dict[str, str] = {}
 
 
 def sources() -> list[Path]:

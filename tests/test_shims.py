@@ -3,8 +3,6 @@ an upgrade of torch or Lightning that moves or changes one fails here, by name."
 
 from __future__ import annotations
 
-import lightning as L
-import pytest
 import torch
 
 from packlm import shims
@@ -21,16 +19,3 @@ def test_foreach_norm_is_the_l2_norm_of_each_tensor():
     tensors = [torch.tensor([3.0, 4.0]), torch.tensor([[1.0, 2.0], [2.0, 4.0]])]
     norms = shims.foreach_norm(tensors)
     assert [float(n) for n in norms] == [5.0, 5.0]
-
-
-def test_mkldnn_bf16_supported_answers_a_bool():
-    assert isinstance(shims.mkldnn_bf16_supported(), bool)
-
-
-@pytest.mark.parametrize("value", [True, False])
-def test_uses_distributed_sampler_is_the_trainers_argument(value):
-    trainer = L.Trainer(
-        use_distributed_sampler=value, logger=False, enable_checkpointing=False,
-        accelerator="cpu", enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
-    assert shims.uses_distributed_sampler(trainer) is value

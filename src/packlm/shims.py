@@ -6,8 +6,6 @@ loudly when an upgrade moves or changes it. Everything else in packlm uses publi
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
@@ -30,15 +28,3 @@ def foreach_norm(tensors: list[Tensor]) -> list[Tensor]:
     if public is not None and hasattr(public, "norm"):
         return list(public.norm(tensors))
     return list(torch._foreach_norm(tensors))
-
-
-def mkldnn_bf16_supported() -> bool:
-    """Whether oneDNN runs bf16 matmuls on this CPU. torch has no public query (its own tests
-    call this op, e.g. pytorch/pytorch#136290); no upstream issue asks for one yet."""
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
-def uses_distributed_sampler(trainer: Any) -> bool:
-    """The Trainer's `use_distributed_sampler` argument: Lightning keeps it only in its
-    private accelerator connector (no public property; no upstream issue asks for one yet)."""
-    return bool(trainer._accelerator_connector.use_distributed_sampler)

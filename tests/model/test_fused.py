@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from packlm import precision
 from packlm.model import fused, masks
 from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM

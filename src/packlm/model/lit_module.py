@@ -161,11 +161,19 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
 
     # --- optimizer and schedule -----------------------------------------------------------
 
+    def _attached_trainer(self) -> L.Trainer | None:
+        """The Trainer, or None before one is attached (`self.trainer` raises then)."""
+        try:
+            return self.trainer
+        except RuntimeError:
+            return None
+
     def _fused_optimizer(self) -> bool:
         """One fused AdamW kernel per step (about 2 ms less a step than foreach at the nanoGPT
         CPU shape), except under fp16's GradScaler: a fused step unscales inside, too late for
         clipping. bf16-mixed has no scaler (see `configure_gradient_clipping`)."""
-        plugin = self._trainer.precision_plugin if self._trainer is not None else None
+        trainer = self._attached_trainer()
+        plugin = trainer.precision_plugin if trainer is not None else None
         scaled = getattr(plugin, "scaler", None) is not None  # MixedPrecision's, for fp16
         return self.device.type in ("cuda", "cpu") and not scaled
 
@@ -237,7 +245,7 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
     def _curriculum_tokens(self):
         """Under data.curriculum, optimizer steps -> expected supervised tokens (all ranks),
         phase by phase; None otherwise: the schedule counts steps."""
-        trainer = self._trainer
+        trainer = self._attached_trainer()
         datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         if not getattr(getattr(datamodule, "data", None), "curriculum", None):
             return None

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from packlm.batch import IGNORE_INDEX
 from packlm.model import fused
+from packlm.shims import foreach_mul_, foreach_norm
 
 COUNTS = ("input", "nonpad", "supervised", "documents")
 """The token counts of DESIGN.md "The batch", in the order they are logged."""
@@ -212,11 +213,11 @@ def scale_to_step_mean(
     `denominator` is N, the supervised targets of the whole step (all micro-batches, ranks),
     or P, its document pieces with a target, under document weighting.
     """
-    torch._foreach_mul_(grads, accumulate * world_size / (loss_scale * denominator))
+    foreach_mul_(grads, accumulate * world_size / (loss_scale * denominator))
 
 
 def grad_norm(grads: list[Tensor]) -> Tensor:
     """L2 norm of all gradients together, a device scalar (0 without gradients)."""
     if not grads:
         return torch.zeros(())
-    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    return torch.linalg.vector_norm(torch.stack(foreach_norm(grads)))

@@ -128,6 +128,8 @@ def utf8_len(text: str) -> int:
 
 
 PHASE = "pre-tokenizing (tokenizer training)"
+
+
 def _worker(pattern: str, special_tokens: list[str], tasks, results, parent: int) -> None:
     die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
