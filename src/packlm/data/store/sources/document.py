@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 
@@ -48,6 +48,9 @@ class ReadCounts:
     """Entries of a directory or glob that are no regular file (FIFOs, sockets, devices)."""
     normalized_newlines: int = 0
     """Files or records whose CRLF / CR newlines became LF (data.normalize_newlines)."""
+    files_read: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
+    """Per source index, (path, size, mtime_ns) of each file after it was read, checked equal
+    to the listing (`packlm.data.store.sources.iter_documents`): the manifest's record."""
 
     def dropped(self) -> dict[str, int]:
         """What never reached the store, by reason."""

@@ -54,15 +54,31 @@ class Source:
 
     def fingerprint(self) -> dict[str, Any]:
         """Name, weight, file count, bytes and a digest of every (path, size, mtime)."""
-        digest = hashlib.sha256(json.dumps(self.stats).encode()).hexdigest()[:16]
         return {
             "name": self.name,
             "weight": self.weight,
-            "files": len(self.stats),
-            "bytes": self.total_bytes,
-            "digest": digest,
+            **files_fingerprint(self.stats),
             **({"span": list(self.span)} if self.span is not None else {}),
         }
+
+
+def files_fingerprint(stats: list[tuple[str, int, int]]) -> dict[str, Any]:
+    """File count, bytes and a digest of every (path, size, mtime_ns): of a source as listed
+    (its fingerprint) or as read (the manifest's record, `ReadCounts.files_read`)."""
+    return {
+        "files": len(stats),
+        "bytes": sum(size for _, size, _ in stats),
+        "digest": hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16],
+    }
+
+
+def file_stat(path: Path) -> tuple[str, int, int]:
+    """(absolute path, size, mtime_ns): what identifies a source file in every fingerprint."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read ({e.strerror})") from e
+    return str(path.resolve()), st.st_size, st.st_mtime_ns
 
 
 def resolve_sources(entries: list[Any], key: str = "data.sources") -> list[Source]:
@@ -104,13 +120,7 @@ def _resolve(entry: Any, index: int, key: str) -> Source:
             )
     else:
         raise SourceError(f"{key}={name!r}: no such file or directory (cwd {os.getcwd()})")
-    stats = []
-    for file in files:
-        try:
-            st = file.stat()
-        except OSError as e:
-            raise SourceError(f"{file}: cannot read ({e.strerror})") from e
-        stats.append((str(file.resolve()), st.st_size, st.st_mtime_ns))
+    stats = [file_stat(file) for file in files]
     span = None if isinstance(entry, str) or entry.get("span") is None else entry.get("span")
     span = None if span is None else (float(span[0]), float(span[1]))
     return Source(name, weight, index, files, root, stats, explicit, special, span)
