@@ -64,7 +64,7 @@ def _documents_of(
     if source.root is not None:  # the embedded corpus: each file is one text document
         prefix = f"{source.index}:default/{path.relative_to(source.root).as_posix()}"
         with open_stream(path, None) as f:
-            yield from text_documents(f, path, prefix, source.index, None, options, counts)
+            yield from text_documents(f, path, prefix, source.index, None, options, counts, False)
             _check_unchanged(path, listed, f.tell())
         return
     prefix = f"{source.index}:{path.as_posix()}"
@@ -86,16 +86,18 @@ def _documents_of(
         with open_span(path, fmt, source.span) as f:
             yield from text_documents(
                 f, path, f"{prefix}@{source.span[0]}-{source.span[1]}", source.index,
-                options.separator, options, counts,
+                options.separator, options, counts, source.explicit,
             )  # fmt: skip
             _check_unchanged(path, listed, f.seen_size())
         return
     with open_stream(path, fmt.compression) as f:
         if fmt.kind == "jsonl":
-            yield from jsonl_documents(f, path, prefix, source.index, options, counts)
+            yield from jsonl_documents(
+                f, path, prefix, source.index, options, counts, source.explicit
+            )
         else:
             yield from text_documents(
-                f, path, prefix, source.index, options.separator, options, counts
+                f, path, prefix, source.index, options.separator, options, counts, source.explicit
             )
         _check_unchanged(path, listed, f.tell() if fmt.compression is None else None)
 

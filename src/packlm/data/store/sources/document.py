@@ -43,7 +43,8 @@ class ReadCounts:
     replaced_invalid_utf8: int = 0
     """Documents kept with U+FFFD under encoding_errors=replace."""
     skipped_binary: int = 0
-    """Files of a directory or glob that are binary (NUL bytes, an image, an archive...)."""
+    """Files of a directory or glob that are binary (NUL bytes, an image, an archive...), and
+    their documents (a JSONL line) holding a run of NUL bytes past the sniffed first block."""
     skipped_special: int = 0
     """Entries of a directory or glob that are no regular file (FIFOs, sockets, devices)."""
     normalized_newlines: int = 0

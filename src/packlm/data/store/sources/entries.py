@@ -24,6 +24,7 @@ from packlm.data.config import source_path, source_weight
 from packlm.data.store.default_corpus import default_corpus_files, stdlib_root
 from packlm.data.store.sources.document import SourceError
 from packlm.data.store.sources.tables import dataset_folder_files, is_dataset_folder
+from packlm.errors import ConfigError
 
 DEFAULT = "default"
 _GLOB_CHARS = frozenset("*?[")
@@ -82,8 +83,46 @@ def file_stat(path: Path) -> tuple[str, int, int]:
 
 
 def resolve_sources(entries: list[Any], key: str = "data.sources") -> list[Source]:
-    """Resolve every entry to its sorted files; raise SourceError for a missing path or empty glob."""
-    return [_resolve(entry, i, f"{key}[{i}]") for i, entry in enumerate(entries)]
+    """Resolve every entry to its sorted files; raise SourceError for a missing path or empty
+    glob, ConfigError for a file that two entries read (its documents would count twice)."""
+    sources = [_resolve(entry, i, f"{key}[{i}]") for i, entry in enumerate(entries)]
+    _check_read_once(sources, entries, key)
+    return sources
+
+
+def _check_read_once(sources: list[Source], entries: list[Any], key: str) -> None:
+    """No file read by two entries (overlapping spans of it count as the same bytes): listing
+    a source twice doubled its documents without a word; a weight is what gives it more."""
+    first: dict[str, list[tuple[int, tuple[float, float]]]] = {}
+    for source in sources:
+        span = source.span or (0.0, 1.0)
+        shared = []
+        for path, _, _ in source.stats:
+            earlier = first.setdefault(path, [])
+            shared += [
+                (j, path)
+                for j, (a, b) in earlier
+                if j != source.index and a < span[1] and span[0] < b
+            ]  # fmt: skip (a walk's file symlink to a file of the same walk is read as listed)
+            earlier.append((source.index, span))
+        if shared:
+            j, path = shared[0]
+            i, more = (
+                source.index,
+                f" (and {len(shared) - 1} more files)" if len(shared) > 1 else "",
+            )
+            raise ConfigError(
+                f"{key}[{j}]={sources[j].name!r} and {key}[{i}]={source.name!r} both read "
+                f"{path}{more}: its documents would be counted twice; list each file once (to "
+                f"give a source more weight, use {{path: ..., weight: 2}}){_weights(entries, j, i)}"
+            )
+
+
+def _weights(entries: list[Any], *indices: int) -> str:
+    weights = [source_weight(entries[k]) for k in indices]
+    return (
+        "" if all(w == 1 for w in weights) else f"; here weights {weights[0]:g} and {weights[1]:g}"
+    )
 
 
 def _resolve(entry: Any, index: int, key: str) -> Source:
