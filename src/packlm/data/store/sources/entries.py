@@ -93,24 +93,18 @@ def resolve_sources(entries: list[Any], key: str = "data.sources") -> list[Sourc
 def _check_read_once(sources: list[Source], entries: list[Any], key: str) -> None:
     """No file read by two entries (overlapping spans of it count as the same bytes): listing
     a source twice doubled its documents without a word; a weight is what gives it more."""
-    first: dict[str, list[tuple[int, tuple[float, float]]]] = {}
+    first: dict[str, list[tuple[int, tuple[float, float]]]] = {}  # path -> (entry, span)
     for source in sources:
-        span = source.span or (0.0, 1.0)
+        a, b = source.span or (0.0, 1.0)
         shared = []
         for path, _, _ in source.stats:
             earlier = first.setdefault(path, [])
-            shared += [
-                (j, path)
-                for j, (a, b) in earlier
-                if j != source.index and a < span[1] and span[0] < b
-            ]  # fmt: skip (a walk's file symlink to a file of the same walk is read as listed)
-            earlier.append((source.index, span))
+            # not the same entry: a walk's file symlink to a file of that walk is read as listed
+            shared += [(j, path) for j, (c, d) in earlier if j != source.index and c < b and a < d]
+            earlier.append((source.index, (a, b)))
         if shared:
-            j, path = shared[0]
-            i, more = (
-                source.index,
-                f" (and {len(shared) - 1} more files)" if len(shared) > 1 else "",
-            )
+            (j, path), i = shared[0], source.index
+            more = f" (and {len(shared) - 1} more files)" if len(shared) > 1 else ""
             raise ConfigError(
                 f"{key}[{j}]={sources[j].name!r} and {key}[{i}]={source.name!r} both read "
                 f"{path}{more}: its documents would be counted twice; list each file once (to "
@@ -119,10 +113,8 @@ def _check_read_once(sources: list[Source], entries: list[Any], key: str) -> Non
 
 
 def _weights(entries: list[Any], *indices: int) -> str:
-    weights = [source_weight(entries[k]) for k in indices]
-    return (
-        "" if all(w == 1 for w in weights) else f"; here weights {weights[0]:g} and {weights[1]:g}"
-    )
+    w = [source_weight(entries[k]) for k in indices]
+    return "" if w == [1.0, 1.0] else f"; here weights {w[0]:g} and {w[1]:g}"
 
 
 def _resolve(entry: Any, index: int, key: str) -> Source:
