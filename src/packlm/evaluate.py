@@ -64,7 +64,8 @@ def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: s
     try:
         prepared = prepare_stores(data, tokenizer_cfg, cache_dir, progress=False)
     except ValueError as e:  # ConfigError, SourceError: name the key the user typed
-        raise type(e)(str(e).replace("data.sources", "data.val_sources", 1)) from None
+        message = str(e).replace("data.sources", "data.val_sources", 1)
+        raise type(e)(message.replace("no training documents", "no documents to score")) from None
     # the scored documents are the "train" store (val_fraction 0): read it as validation
     prepared = replace(prepared, val_dir=prepared.train_dir, val_manifest=prepared.train_manifest)
     dm = PackedDataModule(tokenizer_cfg, cache_dir, ckpt.model.context_length, data=data,

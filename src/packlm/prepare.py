@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from typing import Any
 
@@ -31,9 +32,21 @@ from packlm.tokenizer.config import TokenizerConfig
 
 @hydra.main(config_path=CONFIG_DIR, config_name="tools", version_base=None)
 def main(cfg: DictConfig) -> None:
-    """Bad input (config, sources, files) prints one line and exits 2 (config) or 1;
-    HYDRA_FULL_ERROR=1 shows the traceback."""
+    """Bad input (config, sources, files) prints one line and exits 2 (config) or 1; Ctrl-C
+    prints one line and exits 130 (the cache holds only complete entries: builds write to a
+    temporary name); HYDRA_FULL_ERROR=1 shows the traceback."""
     logs_to_stderr()
+    try:
+        _prepare(cfg)
+    except KeyboardInterrupt:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print("error: interrupted (Ctrl-C); the cache keeps only complete entries, run the "
+              "command again to finish", file=sys.stderr)  # fmt: skip
+        raise SystemExit(130) from None
+
+
+def _prepare(cfg: DictConfig) -> None:
     with one_line_errors(ConfigError, SourceError, StoreError, OSError):
         data = DataConfig.from_mapping(cfg.data)
         tokenizer = TokenizerConfig.from_mapping(cfg.tokenizer)

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable
+from errno import ENOSPC
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +90,11 @@ def get_tokenizer(
             (tmp / CACHE_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True), "utf-8")
             replace_dir(tmp, dest)
         except OSError as e:
+            hint = (
+                " (disk full: free space or set cache_dir elsewhere)" if e.errno == ENOSPC else ""
+            )
             raise OSError(
-                e.errno, f"cannot write the tokenizer cache {dest}: {e.strerror or e}"
+                e.errno, f"cannot write the tokenizer cache {dest}: {e.strerror or e}{hint}"
             ) from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -36,10 +36,14 @@ def test_store_decodes_back_to_exactly_the_source_documents(tmp_path):
     assert counts["documents"] == store.n_docs == len(train)
     assert counts["tokens"] == store.n_tokens == len(store.tokens)
     assert counts["bytes"] == sum(len(t.encode()) for t in train)
-    assert store.manifest["sources"] == [
-        {"name": str(tmp_path / "src" / "*.txt")},
-        {"name": str(tmp_path / "src" / "c.jsonl")},
+    assert [s["name"] for s in store.manifest["sources"]] == [
+        str(tmp_path / "src" / "*.txt"),
+        str(tmp_path / "src" / "c.jsonl"),
     ]
+    fp = prepared.train_manifest["fingerprint"]["data.sources"]
+    assert [s["read"] for s in store.manifest["sources"]] == [
+        {k: s[k] for k in ("files", "bytes", "digest")} for s in fp
+    ]  # what was read is what the fingerprint names
     ids = [store.doc_id(d) for d in range(store.n_docs)]
     assert ids[0] == f"0:{tmp_path}/src/a.txt:0" and len(set(ids)) == len(ids)
     jsonl = [d for d in range(store.n_docs) if ":" in ids[d] and "c.jsonl" in ids[d]]
@@ -74,7 +78,8 @@ def test_explicit_val_sources_drop_exact_duplicates_of_training(tmp_path):
     assert sorted(decoded(prepared, "train")) == sorted(texts)  # no hash split with val_sources
     manifest = prepared.val_manifest
     assert manifest["counts"]["dropped"]["duplicate_of_train"] == 2
-    assert manifest["sources"] == [{"name": str(tmp_path / "val.txt")}]
+    assert [s["name"] for s in manifest["sources"]] == [str(tmp_path / "val.txt")]
+    assert manifest["sources"][0]["read"]["bytes"] == (tmp_path / "val.txt").stat().st_size
     assert prepared.open("val").doc_id(0) == f"0:{tmp_path}/val.txt:1"
 
 

@@ -79,7 +79,8 @@ def test_a_changed_option_rebuilds_and_names_it_but_a_weight_does_not(corpus, tm
     weighted = [str(corpus / "*.txt"), {"path": str(corpus / "c.jsonl"), "weight": 2.5}]
     prepared = prepare(corpus, tmp_path / "cache", separator="\n", sources=weighted)
     assert built(caplog) == []  # weights are applied by the epoch plan, not the store
-    assert prepared.train_manifest["sources"][1] == {"name": str(corpus / "c.jsonl")}
+    assert prepared.train_manifest["sources"][1]["name"] == str(corpus / "c.jsonl")
+    assert "weight" not in prepared.train_manifest["sources"][1]
 
 
 def test_a_changed_tokenizer_option_retrains_and_rebuilds(corpus, tmp_path, caplog):

@@ -67,7 +67,8 @@ def test_span_of_a_compressed_file_is_refused(tmp_path):
 def test_spans_of_one_file_are_different_sources(tmp_path):
     path = tmp_path / "a.txt"
     path.write_text("abcdef")
-    one, two = resolve_sources([{"path": str(path), "span": [0, 0.5]}, {"path": str(path)}])
+    (one,) = resolve_sources([{"path": str(path), "span": [0, 0.5]}])
+    (two,) = resolve_sources([{"path": str(path)}])  # in one list they would overlap: refused
     assert one.fingerprint() != two.fingerprint()  # the store cache tells them apart
 
 

@@ -31,6 +31,7 @@ from packlm.cache.entry import replace_dir, temporary_sibling
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.encode import DocumentPieces, OrderedEncoder
 from packlm.data.store.sources import ReadCounts, SourceError, iter_documents
+from packlm.data.store.sources.entries import files_fingerprint
 from packlm.data.store.split import TrainHashes, content_hash, is_validation
 from packlm.data.store.token_store import StoreError, StoreWriter, TokenStore, token_dtype
 from packlm.tokenizer.pretokenize import PIECE_CHARS
@@ -113,7 +114,7 @@ def build_stores(
             _check_not_empty(corpus, state)
             for split in SPLITS:
                 _check_bytes(dest, split, state[split])
-                state[split].writer.finish(_manifest(corpus, header, split, state[split]))
+                state[split].writer.finish(_manifest(corpus, header, split, state))
         replace_dir(tmp, dest)
     except ChildProcessError:  # a dead encoding worker (WorkerDied): its own message
         raise
@@ -277,9 +278,13 @@ def _check_not_empty(corpus: Corpus, state: dict[str, _SplitState]) -> None:
     )
 
 
-def _manifest(corpus: Corpus, header: StoreHeader, split: str, st: _SplitState) -> dict[str, Any]:
+def _manifest(corpus: Corpus, header: StoreHeader, split: str, state) -> dict[str, Any]:
+    """Counts, and per source what was read: its files' sizes and mtimes as they were after
+    reading (`files_fingerprint`), which a reuse compares with the sources' (`prepared.py`)."""
+    st = state[split]
     explicit_val = split == "val" and not corpus.hash_split
     sources = corpus.val_sources if explicit_val else corpus.sources
+    read = state["val" if explicit_val else "train"].read.files_read
     dropped = st.read.dropped()
     if split == "val":
         dropped["duplicate_of_train"] = st.duplicates
@@ -288,7 +293,9 @@ def _manifest(corpus: Corpus, header: StoreHeader, split: str, st: _SplitState) 
         "fingerprint": header.fingerprint,
         "eos_id": header.eos_id,
         "pad_id": header.pad_id,
-        "sources": [{"name": s.name} for s in sources],
+        "sources": [
+            {"name": s.name, "read": files_fingerprint(read.get(s.index, []))} for s in sources
+        ],
         "counts": {
             "bytes": st.nbytes,
             "dropped": dropped,

@@ -75,7 +75,7 @@ class Corpus:
         names = [s.name for s in self.sources]
         why = ", ".join(f"{n} {reason}" for reason, n in counts.dropped().items())
         hint = ""
-        if self.hash_split:
+        if self.hash_split and self.val_fraction > 0:  # else nothing went to validation
             why += f", the rest sent to validation by data.val_fraction={self.val_fraction}"
             hint = (
                 "; a file is one document unless data.separator splits it, so hold out a part "

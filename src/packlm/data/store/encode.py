@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from packlm.data.store.token_store import write_npy
 from packlm.tokenizer.pretokenize import (
     MAX_PRETOKEN_CHARS,
     PIECE_CHARS,
@@ -87,8 +88,8 @@ def encode_to_file(texts: list[str], ends: list[bool] | None, path: str) -> str:
     """In a worker: `encode_texts` into the file `path` (lengths, then ids); returns `path`."""
     ids, lengths = encode_texts(texts, ends)
     with open(path, "wb") as f:
-        np.save(f, lengths)
-        np.save(f, ids)
+        write_npy(f, lengths)
+        write_npy(f, ids)
     return path
 
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from packlm.data.store.token_store import write_npy
+
 VERSION = 1  # of the definition above: a new one gives a new cache key
 CHUNK = 1 << 20  # tokens per vectorised step
 WHITESPACE = b" \t\n\r\x0b\x0c"
@@ -102,7 +104,7 @@ def cached_paragraph_starts(store: Any, table: Sequence[bytes]) -> np.ndarray:
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         try:
             with open(tmp, "wb") as f:
-                np.save(f, starts)
+                write_npy(f, starts)
             os.replace(tmp, path)  # concurrent builders write the same bytes: last one wins
         finally:
             tmp.unlink(missing_ok=True)

@@ -4,7 +4,9 @@
 both stores; later calls with the same fingerprint only stat the sources and open the
 memmaps, so it is safe to call from `prepare_data` on rank 0 and again from `setup` on
 every rank. A changed source, tokenizer or option gives a new fingerprint, hence a new
-cache entry, and the log says what changed.
+cache entry, and the log says what changed. A cached store is reused only when its
+manifest's record of what was read (each source's files, sizes, mtimes) is the sources'
+listing now: a store from a file that changed while it was read is never reused.
 """
 
 from __future__ import annotations
@@ -145,8 +147,30 @@ def _open_cached(
         return None, f"the cached store is damaged, rebuilding ({problem})"
     if any(s.manifest.get("fingerprint") != fingerprint for s in stores):
         return None, f"the cached store in {dest} was written for another fingerprint, rebuilding"
+    problem = next(filter(None, (_read_other(s, fingerprint) for s in stores)), None)
+    if problem:
+        return None, problem
     mark_used(dest)
     return stores, None
+
+
+def _read_other(store: TokenStore, fingerprint: dict[str, Any]) -> str | None:
+    """Why the store's record of what was read differs from the sources' listing, or None."""
+    key = "data.val_sources" if store.manifest.get("split") == "val" else "data.sources"
+    listed = fingerprint.get(key) or fingerprint["data.sources"]  # no val_sources: hash split
+    recorded = store.manifest.get("sources", [])
+    where = store.path / MANIFEST_FILE
+    if len(recorded) != len(listed) or any("read" not in r for r in recorded):
+        return f"{where} does not record what was read (an older packlm wrote it), rebuilding"
+    for r, s in zip(recorded, listed, strict=True):
+        read, now = r["read"], {k: s[k] for k in ("files", "bytes", "digest")}
+        if read != now:
+            return (
+                f"{where}: source {s['name']!r} was read as {read['files']} files, "
+                f"{read['bytes']} bytes, but is {now['files']} files, {now['bytes']} bytes "
+                "(or other modification times) now, rebuilding"
+            )
+    return None
 
 
 def _special_id(tok: Any, tok_dir: Path, cfg: TokenizerConfig, token: str) -> int:

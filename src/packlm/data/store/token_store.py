@@ -41,6 +41,19 @@ class StoreError(RuntimeError):
     """A store directory that is missing, partial, or does not match its manifest."""
 
 
+def write_npy(file: str | os.PathLike | Any, array: np.ndarray) -> None:
+    """`np.save` (format 1.0, the same bytes) through the file's `write`: numpy's own writes a
+    real file with `tofile`, which reports a full disk as `[Errno None] N requested and M
+    written`; this raises the OS error (ENOSPC), which the callers call "disk full"."""
+    if not hasattr(file, "write"):
+        with open(file, "wb") as f:
+            write_npy(f, array)
+        return
+    array = np.ascontiguousarray(array)
+    np.lib.format.write_array_header_1_0(file, np.lib.format.header_data_from_array_1_0(array))
+    file.write(array.data.cast("B"))
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 when every id fits, else uint32."""
     return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
@@ -201,8 +214,8 @@ class StoreWriter:
         os.fsync(self._tokens.fileno())
         self._tokens.close()
         self._ids.close()
-        np.save(self.tmp / OFFSETS_FILE, np.concatenate(self._offsets))
-        np.save(self.tmp / SOURCES_FILE, np.concatenate([np.zeros(0, np.int32), *self._sources]))
+        write_npy(self.tmp / OFFSETS_FILE, np.concatenate(self._offsets))
+        write_npy(self.tmp / SOURCES_FILE, np.concatenate([np.zeros(0, np.int32), *self._sources]))
         manifest = dict(manifest)
         manifest["format_version"] = FORMAT_VERSION
         manifest["dtype"] = self.dtype.name

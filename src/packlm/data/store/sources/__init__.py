@@ -11,15 +11,18 @@
 4. `tables.py`: Parquet / Arrow / save_to_disk rows -> documents (pyarrow, an extra).
 5. `iter_documents` (here): every document of every source in order; what is dropped
    (empty, invalid, binary files of a walk, special files) is counted in `ReadCounts`.
+   After each file it checks that the file is still what the listing recorded (size and
+   mtime, and every byte of it read): the fingerprint says what was read, or it is an error.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from packlm.data.store.sources.document import Document, ReadCounts, ReadOptions, SourceError
-from packlm.data.store.sources.entries import DEFAULT, Source, resolve_sources
+from packlm.data.store.sources.entries import DEFAULT, Source, file_stat, resolve_sources
 from packlm.data.store.sources.formats import detect, open_stream
 from packlm.data.store.sources.span import open_span
 from packlm.data.store.sources.tables import table_documents
@@ -43,21 +46,26 @@ def iter_documents(
     """Every non-empty document of every source, in order; drops are tallied in `counts`."""
     for source in sources:
         counts.skipped_special += source.special_files
-        for path in source.files:
-            for doc in _documents_of(source, path, options, counts):
+        read = counts.files_read.setdefault(source.index, [])
+        for path, listed in zip(source.files, source.stats, strict=True):
+            for doc in _documents_of(source, path, listed, options, counts):
                 if doc.text:
                     yield doc
                 else:
                     counts.empty += 1
+            read.append(listed)
 
 
 def _documents_of(
-    source: Source, path: Path, options: ReadOptions, counts: ReadCounts
-) -> Iterator[Document]:
+    source: Source, path: Path, listed: tuple[str, int, int], options: ReadOptions,
+    counts: ReadCounts,
+) -> Iterator[Document]:  # fmt: skip
+    """The file's documents; then `_check_unchanged` (every byte of an uncompressed file read)."""
     if source.root is not None:  # the embedded corpus: each file is one text document
         prefix = f"{source.index}:default/{path.relative_to(source.root).as_posix()}"
         with open_stream(path, None) as f:
-            yield from text_documents(f, path, prefix, source.index, None, options, counts)
+            yield from text_documents(f, path, prefix, source.index, None, options, counts, False)
+            _check_unchanged(path, listed, f.tell())
         return
     prefix = f"{source.index}:{path.as_posix()}"
     fmt = detect(path)
@@ -68,21 +76,48 @@ def _documents_of(
                 "(a directory or glob skips binary files and counts them)"
             )
         counts.skipped_binary += 1
+        _check_unchanged(path, listed, None)
         return
     if fmt.kind in ("parquet", "arrow"):
         yield from table_documents(path, fmt, prefix, source.index, options, counts)
+        _check_unchanged(path, listed, None)
         return
     if source.span is not None:
         with open_span(path, fmt, source.span) as f:
             yield from text_documents(
                 f, path, f"{prefix}@{source.span[0]}-{source.span[1]}", source.index,
-                options.separator, options, counts,
+                options.separator, options, counts, source.explicit,
             )  # fmt: skip
+            _check_unchanged(path, listed, f.seen_size())
         return
     with open_stream(path, fmt.compression) as f:
         if fmt.kind == "jsonl":
-            yield from jsonl_documents(f, path, prefix, source.index, options, counts)
+            yield from jsonl_documents(
+                f, path, prefix, source.index, options, counts, source.explicit
+            )
         else:
             yield from text_documents(
-                f, path, prefix, source.index, options.separator, options, counts
+                f, path, prefix, source.index, options.separator, options, counts, source.explicit
             )
+        _check_unchanged(path, listed, f.tell() if fmt.compression is None else None)
+
+
+def _check_unchanged(path: Path, listed: tuple[str, int, int], read: int | None) -> None:
+    """The file still has the size and mtime the listing recorded (what every fingerprint
+    holds), and `read` (bytes read to its end; None for a compressed or table file) is that
+    size: else the documents came from another file than the one the fingerprint names."""
+    _, size, mtime = listed
+    _, now_size, now_mtime = file_stat(path)
+    if (now_size, now_mtime) == (size, mtime) and read in (None, size):
+        return
+    got = "" if read is None else f", {read:,} bytes read"
+    raise SourceError(
+        f"{path}: changed while it was read ({size:,} bytes, modified {_when(mtime)} when the "
+        f"sources were listed{got}; now {now_size:,} bytes, modified {_when(now_mtime)}); "
+        "nothing was cached from it: run again once it no longer changes"
+    )
+
+
+def _when(mtime_ns: int) -> str:
+    seconds, ns = divmod(mtime_ns, 10**9)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds)) + f".{ns:09d} UTC"

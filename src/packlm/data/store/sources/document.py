@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 
@@ -43,11 +43,15 @@ class ReadCounts:
     replaced_invalid_utf8: int = 0
     """Documents kept with U+FFFD under encoding_errors=replace."""
     skipped_binary: int = 0
-    """Files of a directory or glob that are binary (NUL bytes, an image, an archive...)."""
+    """Files of a directory or glob that are binary (NUL bytes, an image, an archive...), and
+    their documents (a JSONL line) holding a run of NUL bytes past the sniffed first block."""
     skipped_special: int = 0
     """Entries of a directory or glob that are no regular file (FIFOs, sockets, devices)."""
     normalized_newlines: int = 0
     """Files or records whose CRLF / CR newlines became LF (data.normalize_newlines)."""
+    files_read: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
+    """Per source index, (path, size, mtime_ns) of each file after it was read, checked equal
+    to the listing (`packlm.data.store.sources.iter_documents`): the manifest's record."""
 
     def dropped(self) -> dict[str, int]:
         """What never reached the store, by reason."""

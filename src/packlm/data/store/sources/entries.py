@@ -24,6 +24,7 @@ from packlm.data.config import source_path, source_weight
 from packlm.data.store.default_corpus import default_corpus_files, stdlib_root
 from packlm.data.store.sources.document import SourceError
 from packlm.data.store.sources.tables import dataset_folder_files, is_dataset_folder
+from packlm.errors import ConfigError
 
 DEFAULT = "default"
 _GLOB_CHARS = frozenset("*?[")
@@ -54,20 +55,66 @@ class Source:
 
     def fingerprint(self) -> dict[str, Any]:
         """Name, weight, file count, bytes and a digest of every (path, size, mtime)."""
-        digest = hashlib.sha256(json.dumps(self.stats).encode()).hexdigest()[:16]
         return {
             "name": self.name,
             "weight": self.weight,
-            "files": len(self.stats),
-            "bytes": self.total_bytes,
-            "digest": digest,
+            **files_fingerprint(self.stats),
             **({"span": list(self.span)} if self.span is not None else {}),
         }
 
 
+def files_fingerprint(stats: list[tuple[str, int, int]]) -> dict[str, Any]:
+    """File count, bytes and a digest of every (path, size, mtime_ns): of a source as listed
+    (its fingerprint) or as read (the manifest's record, `ReadCounts.files_read`)."""
+    return {
+        "files": len(stats),
+        "bytes": sum(size for _, size, _ in stats),
+        "digest": hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16],
+    }
+
+
+def file_stat(path: Path) -> tuple[str, int, int]:
+    """(absolute path, size, mtime_ns): what identifies a source file in every fingerprint."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read ({e.strerror})") from e
+    return str(path.resolve()), st.st_size, st.st_mtime_ns
+
+
 def resolve_sources(entries: list[Any], key: str = "data.sources") -> list[Source]:
-    """Resolve every entry to its sorted files; raise SourceError for a missing path or empty glob."""
-    return [_resolve(entry, i, f"{key}[{i}]") for i, entry in enumerate(entries)]
+    """Resolve every entry to its sorted files; raise SourceError for a missing path or empty
+    glob, ConfigError for a file that two entries read (its documents would count twice)."""
+    sources = [_resolve(entry, i, f"{key}[{i}]") for i, entry in enumerate(entries)]
+    _check_read_once(sources, entries, key)
+    return sources
+
+
+def _check_read_once(sources: list[Source], entries: list[Any], key: str) -> None:
+    """No file read by two entries (overlapping spans of it count as the same bytes): listing
+    a source twice doubled its documents without a word; a weight is what gives it more."""
+    first: dict[str, list[tuple[int, tuple[float, float]]]] = {}  # path -> (entry, span)
+    for source in sources:
+        a, b = source.span or (0.0, 1.0)
+        shared = []
+        for path, _, _ in source.stats:
+            earlier = first.setdefault(path, [])
+            # not the same entry: a walk's file symlink to a file of that walk is read as listed
+            shared += [(j, path) for j, (c, d) in earlier if j != source.index and c < b and a < d]
+            earlier.append((source.index, (a, b)))
+        if shared:
+            (j, path), i = shared[0], source.index
+            more = f" (and {len(shared) - 1} more files)" if len(shared) > 1 else ""
+            raise ConfigError(
+                f"{key}[{j}]={sources[j].name!r} and {key}[{i}]={source.name!r} both read "
+                f"{path}{more}: its documents would be counted twice; list each file once (to "
+                f"give a source more weight, use {{path: ..., weight: 2}}){_weights(entries, j, i)}"
+            )
+
+
+def _weights(entries: list[Any], *indices: int) -> str:
+    w = [source_weight(entries[k]) for k in indices]
+    return "" if w == [1.0, 1.0] else f"; here weights {w[0]:g} and {w[1]:g}"
 
 
 def _resolve(entry: Any, index: int, key: str) -> Source:
@@ -104,13 +151,7 @@ def _resolve(entry: Any, index: int, key: str) -> Source:
             )
     else:
         raise SourceError(f"{key}={name!r}: no such file or directory (cwd {os.getcwd()})")
-    stats = []
-    for file in files:
-        try:
-            st = file.stat()
-        except OSError as e:
-            raise SourceError(f"{file}: cannot read ({e.strerror})") from e
-        stats.append((str(file.resolve()), st.st_size, st.st_mtime_ns))
+    stats = [file_stat(file) for file in files]
     span = None if isinstance(entry, str) or entry.get("span") is None else entry.get("span")
     span = None if span is None else (float(span[0]), float(span[1]))
     return Source(name, weight, index, files, root, stats, explicit, special, span)

@@ -25,7 +25,7 @@ class SpanReader:
             self._f = open(path, "rb")  # noqa: SIM115 (closed by close())
         except OSError as e:
             raise SourceError(f"{path}: cannot read ({e.strerror})") from e
-        size = self._f.seek(0, 2)
+        self.size = size = self._f.seek(0, 2)
         self.start, self.end = (self._cut(int(f * size), size) for f in span)
         self._f.seek(self.start)
 
@@ -41,6 +41,11 @@ class SpanReader:
     def read(self, size: int = -1) -> bytes:
         left = self.end - self._f.tell()
         return self._f.read(left if size < 0 else min(size, left)) if left > 0 else b""
+
+    def seen_size(self) -> int:
+        """The file's size at opening if the span was read to its end, else less (the file
+        shrank while it was read): what `iter_documents` compares with the listing."""
+        return self.size if self._f.tell() >= self.end else self._f.tell()
 
     def close(self) -> None:
         self._f.close()

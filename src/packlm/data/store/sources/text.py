@@ -4,6 +4,9 @@ Newlines: with `data.normalize_newlines` (the default) CRLF and lone CR become L
 file is split on `data.separator`, so a Windows file splits like its LF copy; the files
 changed are counted. Invalid UTF-8 follows `data.encoding_errors` (strict: the error names
 the path and byte offset; replace: U+FFFD; skip: the document is dropped), counted.
+A document holding a run of `NUL_RUN` NUL bytes (the zero tail of an interrupted copy or a
+preallocated file, past the first block that `formats.detect` sniffs) is binary, as it is
+read: an error for a file named alone, dropped and counted (`skipped_binary`) in a walk.
 """
 
 from __future__ import annotations
@@ -16,35 +19,47 @@ from typing import Any, BinaryIO
 from packlm.data.store.sources.document import Document, ReadCounts, ReadOptions, SourceError
 
 BLOCK = 1 << 20  # read size when splitting a text file on the separator
+NOT_JSON_LINES = (
+    "not JSON lines (one JSON object per line, as .jsonl / .ndjson / .json files are read); "
+    "convert it (jq -c '.[]' file.json > file.jsonl) or rename it if it is text"
+)
+NUL_RUN = b"\x00" * 32
+"""Valid UTF-8, but no text holds 32 NUL bytes in a row."""
 
 
 def text_documents(
     f: BinaryIO, path: Path, prefix: str, index: int, separator: str | None,
-    options: ReadOptions, counts: ReadCounts,
+    options: ReadOptions, counts: ReadCounts, explicit: bool = True,
 ) -> Iterator[Document]:  # fmt: skip
-    """One document per file, or one per piece between separators."""
+    """One document per file, or one per piece between separators; `explicit`: the file was
+    named alone (binary content is an error) or found by a walk (its binary parts skipped)."""
     blocks = _blocks(f, path, options.normalize_newlines, counts)
     if separator is None:
-        text = decode(b"".join(blocks), path, 0, options.encoding_errors, counts)
-        if text is not None:
-            yield Document(text, prefix, index)
+        data = b"".join(blocks)
+        if not is_binary(data, path, 0, explicit, counts):
+            text = decode(data, path, 0, options.encoding_errors, counts)
+            if text is not None:
+                yield Document(text, prefix, index)
         return
     for k, (offset, data) in enumerate(_split(blocks, separator.encode("utf-8"))):
+        if is_binary(data, path, offset, explicit, counts):
+            continue
         text = decode(data, path, offset, options.encoding_errors, counts)
         if text is not None:
             yield Document(text, f"{prefix}:{k}", index)
 
 
 def jsonl_documents(
-    f: BinaryIO, path: Path, prefix: str, index: int, options: ReadOptions, counts: ReadCounts
-) -> Iterator[Document]:
+    f: BinaryIO, path: Path, prefix: str, index: int, options: ReadOptions, counts: ReadCounts,
+    explicit: bool = True,
+) -> Iterator[Document]:  # fmt: skip
     """One document per JSON record (`data.text_field`), ids ending in the line number."""
     field_name = options.text_field
     offset = 0
     for line_no, raw in enumerate(_lines(f, path), start=1):
         where = f"{path}:{line_no}"
         line_offset, offset = offset, offset + len(raw)
-        if not raw.strip():
+        if not raw.strip() or is_binary(raw, path, line_offset, explicit, counts):
             continue
         line = decode(raw, where, line_offset, options.encoding_errors, counts)
         if line is None:
@@ -52,9 +67,21 @@ def jsonl_documents(
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
+            if line_no == 1 and (line.strip() == "{" or line.lstrip().startswith("[")):
+                # one JSON document over many lines, not one record per line
+                raise SourceError(f"{path}: {NOT_JSON_LINES}") from e
             raise SourceError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from e
-        if not isinstance(record, dict) or field_name not in record:
-            raise SourceError(f"{where}: no field {field_name!r} (data.text_field) in this record")
+        if isinstance(record, list) and line_no == 1:  # a whole file that is one array
+            raise SourceError(f"{where}: a JSON array; {NOT_JSON_LINES}")
+        if not isinstance(record, dict):
+            raise SourceError(f"{where}: a JSON {type(record).__name__}, not an object with "
+                              f"field {field_name!r} (data.text_field)")  # fmt: skip
+        if field_name not in record:
+            fields = ", ".join(map(repr, list(record)[:20])) + (", ..." if len(record) > 20 else "")
+            raise SourceError(
+                f"{where}: no field {field_name!r} (data.text_field) in this record; it has "
+                f"{fields or 'no fields'}"
+            )
         text = record[field_name]
         if not isinstance(text, str):
             raise SourceError(
@@ -105,6 +132,23 @@ def _split(blocks: Iterator[bytes], sep: bytes) -> Iterator[tuple[int, bytes]]:
         del buf[:pos]
         search = max(0, len(buf) - len(sep) + 1)
     yield start, bytes(buf)
+
+
+def is_binary(data: bytes, path: Path, offset: int, explicit: bool, counts: ReadCounts) -> bool:
+    """Does this document hold a run of NUL bytes? Then it is not text: an error in a file
+    named alone, else True (skip it), counted as `skipped_binary` like a walk's binary files."""
+    at = data.find(NUL_RUN)
+    if at < 0:
+        return False
+    if explicit:
+        raise SourceError(
+            f"{path}: binary data at byte offset {offset + at} ({len(data) - at:,} bytes from "
+            f"there on hold a run of {len(NUL_RUN)}+ NUL bytes: an interrupted copy or a "
+            "preallocated file?), not text; give the file's text only (a directory or glob skips "
+            "such documents and counts them)"
+        )
+    counts.skipped_binary += 1
+    return True
 
 
 def read(f: BinaryIO, path: Path, size: int = -1) -> bytes:
