@@ -122,3 +122,42 @@ def test_accumulation_equals_one_big_batch_for_a_hugging_face_model(arch, mask):
     many, few = reference(arch, mask, MANY)[0], reference(arch, mask, FEW)[0]
     key = next(iter(expected))
     assert not torch.allclose((many[key] + few[key]) / 2, expected[key], atol=1e-4)
+
+
+class RankRecorder(L.Callback):
+    """Rank 0 saves the gradients the step used and its loss."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    def on_train_batch_end(self, trainer, lit, *args):
+        if trainer.global_rank == 0:
+            grads = {n: p.grad.clone() for n, p in lit.model.named_parameters()}
+            torch.save({"grads": grads, "loss": lit.last_loss}, self.out)
+
+
+class RankShards(L.LightningDataModule):
+    def train_dataloader(self):
+        shards = [(MANY, FEW), (FEW, FEW)]  # 29 and 4 targets: ranks weigh unequally
+        return DataLoader(list(shards[self.trainer.global_rank]), batch_size=None)
+
+
+@pytest.mark.slow
+def test_two_ddp_ranks_equal_one_process_for_a_hugging_face_model(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE.parent))  # spawned ranks unpickle the module
+    import hf_causal_lm
+
+    out = tmp_path / "rank0.pt"
+    lit = hf_causal_lm.HFLightning(model("llama").train())
+    trainer = L.Trainer(
+        max_steps=1, accumulate_grad_batches=2, accelerator="cpu", devices=2,
+        strategy="ddp_spawn", precision="64-true", logger=False, enable_checkpointing=False,
+        callbacks=[RankRecorder(str(out))], use_distributed_sampler=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(lit, datamodule=RankShards())
+    got = torch.load(out)
+    one = fit_step("llama", "position_ids", (cat_rows(MANY, FEW, FEW, FEW),), 1)
+    assert got["loss"] == pytest.approx(one.loss, rel=1e-12)
+    for name, g in one.grads.items():
+        torch.testing.assert_close(got["grads"][name], g, atol=1e-12, rtol=1e-9, msg=name)
