@@ -17,6 +17,7 @@ from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 TIMEOUT_S = 300  # per cell; each notebook takes ~10-20 s on two cores
+NEEDS = {"04_hf_model": "transformers"}  # an optional extra (packlm[hf]): skipped without it
 
 
 def test_the_notebooks_are_there():
@@ -24,6 +25,7 @@ def test_the_notebooks_are_there():
         "01_sampling.ipynb",
         "02_masks_and_counts.ipynb",
         "03_loss_curves.ipynb",
+        "04_hf_model.ipynb",
     ]
 
 
@@ -38,6 +40,8 @@ def test_notebooks_are_committed_without_outputs(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path, tmp_path, monkeypatch):
+    if path.stem in NEEDS:
+        pytest.importorskip(NEEDS[path.stem])
     monkeypatch.setenv("MPLBACKEND", "Agg")  # the kernel inherits it: no display needed
     monkeypatch.setenv(
         "OMP_NUM_THREADS", "1"
