@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -13,6 +14,13 @@ from omegaconf.errors import MissingMandatoryValue
 
 class ConfigError(ValueError):
     """An invalid configuration value; the message starts with the full key name."""
+
+
+def write_error(e: OSError, what: str, elsewhere: str, then: str = "") -> OSError:
+    """The one wording of a failed write: `cannot write <what>: <reason>`, and on a full disk
+    what to do (`elsewhere`: the setting that moves it); `then`: what is still intact."""
+    hint = f" (disk full: free space or {elsewhere})" if e.errno == errno.ENOSPC else ""
+    return OSError(e.errno, f"cannot write {what}: {e.strerror or e}{hint}{then}")
 
 
 @contextmanager

@@ -33,8 +33,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from errno import EBUSY, ENOENT, ENOSPC
+from errno import EBUSY, ENOENT
 from pathlib import Path
+
+from packlm.errors import write_error
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +118,7 @@ def _acquire(lock_path: Path, dest: Path) -> int:
         os.pwrite(fd, json.dumps(record).encode(), 0)
     except OSError as e:  # the record is what lets a later run break a dead owner's lock
         os.close(fd)
-        hint = " (disk full: free space or set cache_dir elsewhere)" if e.errno == ENOSPC else ""
-        raise OSError(
-            e.errno, f"cannot write the lock file {lock_path}: {e.strerror}{hint}"
-        ) from None
+        raise write_error(e, f"the lock file {lock_path}", "set cache_dir elsewhere") from None
     return fd
 
 
@@ -170,10 +169,15 @@ def locked(dest: Path) -> Iterator[None]:
         yield
     finally:
         _held.discard(fd)
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        unlock(fd)
+
+
+def unlock(fd: int) -> None:
+    """Release a lock taken by this process: its owner record cleared, the flock dropped."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
 
 
 def mark_used(entry: Path) -> None:

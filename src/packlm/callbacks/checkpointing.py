@@ -22,7 +22,6 @@ gives exactly the batches an uninterrupted run would have seen.
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
 import os
@@ -39,6 +38,8 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
+
+from packlm.errors import write_error
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +77,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             os.replace(tmp, path)
         except OSError as e:
             tmp.unlink(missing_ok=True)
-            hint = (
-                " (disk full: free space or point hydra.run.dir elsewhere)"
-                if e.errno == errno.ENOSPC
-                else ""
-            )
-            raise OSError(
-                e.errno,
-                f"cannot write checkpoint {path}: {e.strerror or e}{hint}; "
-                f"the previous {path.name} (if any) is unchanged",
+            then = f"; the previous {path.name} (if any) is unchanged"
+            raise write_error(
+                e, f"checkpoint {path}", "point hydra.run.dir elsewhere", then
             ) from None
         except BaseException:
             tmp.unlink(missing_ok=True)

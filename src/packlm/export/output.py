@@ -15,11 +15,10 @@ import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from errno import ENOSPC
 from pathlib import Path
 
 from packlm.cache.entry import replace_dir, temporary_sibling
-from packlm.errors import ConfigError
+from packlm.errors import ConfigError, write_error
 
 MARKER = ".packlm-export"
 """Written into every export's folder: what `overwrite` may replace."""
@@ -69,10 +68,7 @@ def output_dir(out: str | os.PathLike | None, overwrite: bool = False) -> Iterat
         _plain_modes(tmp)
         replace_dir(tmp, dest)
     except OSError as e:
-        hint = " (disk full: free space or give another out)" if e.errno == ENOSPC else ""
-        raise OSError(
-            e.errno, f"cannot write the export out={dest}: {e.strerror or e}{hint}"
-        ) from e
+        raise write_error(e, f"the export out={dest}", "give another out") from e
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -20,7 +20,6 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable
-from errno import ENOSPC
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ import numpy as np
 
 from packlm.cache.entry import locked, mark_used, replace_dir, temporary_sibling
 from packlm.cache.fingerprint import describe_change, digest, latest
-from packlm.errors import ConfigError
+from packlm.errors import ConfigError, write_error
 from packlm.tokenizer.config import TokenizerConfig
 
 log = logging.getLogger(__name__)
@@ -90,12 +89,7 @@ def get_tokenizer(
             (tmp / CACHE_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True), "utf-8")
             replace_dir(tmp, dest)
         except OSError as e:
-            hint = (
-                " (disk full: free space or set cache_dir elsewhere)" if e.errno == ENOSPC else ""
-            )
-            raise OSError(
-                e.errno, f"cannot write the tokenizer cache {dest}: {e.strerror or e}{hint}"
-            ) from e
+            raise write_error(e, f"the tokenizer cache {dest}", "set cache_dir elsewhere") from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return tokenizer, dest

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from packlm.cache.entry import owner_alive, process_start
+from packlm.cache.entry import owner_alive, process_start, unlock
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +52,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         yield
     finally:
         _held.discard(fd)
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        unlock(fd)
 
 
 def _take(path: Path) -> int:

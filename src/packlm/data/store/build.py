@@ -20,7 +20,6 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass, field
-from errno import ENOSPC
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from packlm.data.store.sources import ReadCounts, SourceError, iter_documents
 from packlm.data.store.sources.entries import files_fingerprint
 from packlm.data.store.split import TrainHashes, content_hash, is_validation
 from packlm.data.store.token_store import StoreError, StoreWriter, TokenStore, token_dtype
+from packlm.errors import write_error
 from packlm.tokenizer.pretokenize import PIECE_CHARS
 from packlm.tokenizer.training.counting import utf8_len
 
@@ -119,10 +119,7 @@ def build_stores(
     except ChildProcessError:  # a dead encoding worker (WorkerDied): its own message
         raise
     except OSError as e:  # reading errors are SourceErrors: this is a write (disk full, ...)
-        hint = " (disk full: free space or set cache_dir elsewhere)" if e.errno == ENOSPC else ""
-        raise OSError(
-            e.errno, f"cannot write the token store {dest}: {e.strerror or e}{hint}"
-        ) from None
+        raise write_error(e, f"the token store {dest}", "set cache_dir elsewhere") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(spill, ignore_errors=True)
