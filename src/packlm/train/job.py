@@ -7,11 +7,8 @@ directly; `main` is only the Hydra entry point (the Lightning+Hydra template's s
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import math
-import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -20,7 +17,6 @@ from pathlib import Path
 import hydra
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
-from hydra.experimental.callback import Callback
 from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
@@ -63,6 +59,7 @@ from packlm.errors import ConfigError, one_line_errors
 from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
 from packlm.precision import auto_precision
+from packlm.run_folder import check_writable
 from packlm.train.allocator import keep_freed_memory
 from packlm.train.ddp_hydra import ddp_relaunch_runs_this_job
 from packlm.train.loggers import build_callbacks, build_loggers
@@ -99,8 +96,8 @@ def train(
     if cfg.init_from:
         init = read_checkpoint(Path(cfg.init_from), key="init_from")
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
-    _check_writable(run_dir, "the run directory (hydra.run.dir)")
-    _check_writable(Path(cfg.cache_dir), "cache_dir")
+    check_writable(run_dir, "the run directory (hydra.run.dir)")
+    check_writable(Path(cfg.cache_dir), "cache_dir")
     owns_folder = rank_zero_only.rank == 0  # DDP: rank 0 holds the run folder for all ranks
     with run_lock(run_dir) if owns_folder else contextlib.nullcontext():
         return _fit(cfg, config, run_dir, checkpoint, init, callbacks)
@@ -297,35 +294,6 @@ def _schedule_horizon(config: Validated, datamodule: PackedDataModule, trainer: 
     batches = expected_batches(datamodule.phases, rates, config.train.max_supervised_tokens)
     steps = math.ceil(batches / config.trainer.accumulate_grad_batches)
     return replace(optim, max_steps=max(1, steps))
-
-
-def _check_writable(directory: Path, what: str) -> None:
-    """Create `directory` and a probe file in it; a clear error if either fails."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".packlm-write-test-", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        hint = "disk full" if e.errno == errno.ENOSPC else e.strerror or str(e)
-        raise OSError(e.errno, f"{what} {directory} is not writable ({hint})") from e
-
-
-class WritableRunDir(Callback):
-    """Hydra callback (conf/config.yaml, hydra.callbacks): the run or sweep directory is made
-    and probed before Hydra writes .hydra/ into it, so a read-only or impossible
-    hydra.run.dir is one `error:` line (exit 1), not Hydra's traceback."""
-
-    def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        self._check(config.hydra.run.dir, "the run directory (hydra.run.dir)")
-
-    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        self._check(config.hydra.sweep.dir, "the sweep directory (hydra.sweep.dir)")
-
-    @staticmethod
-    def _check(directory: str, what: str) -> None:
-        with one_line_errors(OSError):
-            _check_writable(Path(directory), what)
 
 
 def _drop_order(item: tuple[str, int]) -> int:
