@@ -113,8 +113,7 @@ def test_the_log_says_how_the_position_was_mapped(store, caplog):
     remain = -(-(n - 48) // 24)
     assert [r.getMessage() for r in caplog.records] == [
         f"resume: 2 rank(s) x batch 8 -> 3 rank(s) x batch 8: epoch 1 continues at sample 48 "
-        f"of {n} (3 global batches of 16 samples were done; {remain} of 24 remain, 8 samples "
-        f"per rank each)"
+        f"of {n} (3 global batches of 16 samples were done; {remain} of 24 remain, 8 per rank)"
     ]
 
 

@@ -189,7 +189,7 @@ def resume_message(sampler: PlanSampler, saved: tuple, now: tuple) -> str:
         f"resume: {setup(*saved)} -> {setup(*now)}: epoch {at.epoch} continues at sample "
         f"{at.consumed:,} of {sampler.plan.n_samples:,} ({at.batch:,} global batches of "
         f"{saved[0] * saved[1]} samples were done; {remain:,} of {sampler.step} remain, "
-        f"{sampler.batch_size} samples per rank each)"
+        f"{sampler.batch_size} per rank)"
     )
 
 
