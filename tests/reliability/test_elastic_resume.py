@@ -7,6 +7,8 @@ tests/data/epoch/test_elastic_resume.py (in-process, one loader per rank)."""
 
 from __future__ import annotations
 
+import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -52,8 +54,29 @@ def epoch_starts(path: Path) -> list[int]:
     return [s for s, idx, rank, _, _ in read_batch_hashes(path) if rank == 0 and idx == 0]
 
 
+@pytest.fixture(scope="module")
+def two_ranks(tiny_corpus, cache_dir, tmp_path_factory):
+    """STOP steps of 2 DDP ranks x batch 16: its run directory and batch hashes."""
+    tmp = tmp_path_factory.mktemp("two")
+    run, hashes = tmp / "first", tmp / "elastic.txt"
+    done = run_train(
+        args(tiny_corpus, cache_dir, run, STOP, "data.batch_size=16", *DDP),
+        tmp, **{ENV: str(hashes)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-5000:]
+    return run, hashes
+
+
+def resumed(two_ranks, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the two-rank run (a resume writes on into the checkpoint's run directory)."""
+    first, hashes = tmp_path / "first", tmp_path / "elastic.txt"
+    shutil.copytree(two_ranks[0], first)
+    shutil.copy(two_ranks[1], hashes)
+    return first, hashes
+
+
 def test_two_ranks_resumed_by_one_with_the_same_global_batch_train_like_one_run(
-    tiny_corpus, cache_dir, tmp_path
+    tiny_corpus, cache_dir, tmp_path, two_ranks
 ):
     ref, ref_hashes = tmp_path / "ref", tmp_path / "ref.txt"
     done = run_train(
@@ -62,13 +85,7 @@ def test_two_ranks_resumed_by_one_with_the_same_global_batch_train_like_one_run(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
 
-    first, second, hashes = tmp_path / "first", tmp_path / "second", tmp_path / "elastic.txt"
-    done = run_train(
-        args(tiny_corpus, cache_dir, first, STOP, "data.batch_size=16", *DDP),
-        tmp_path,
-        **{ENV: str(hashes)},
-    )
-    assert done.returncode == 0, done.stderr[-5000:]
+    (first, hashes), second = resumed(two_ranks, tmp_path), tmp_path / "second"
     ckpt = first / "checkpoints" / "last.ckpt"
     assert checkpoint_step(ckpt) == STOP
     done = run_train(
@@ -102,3 +119,29 @@ def test_two_ranks_resumed_by_one_with_the_same_global_batch_train_like_one_run(
     assert_same_weights(
         first / "checkpoints" / "last.ckpt", ref / "checkpoints" / "last.ckpt", atol=1e-5
     )
+
+
+def test_two_ranks_resumed_by_one_of_half_the_global_batch_end_the_epoch_after_its_samples(
+    tiny_corpus, cache_dir, tmp_path, two_ranks
+):
+    """2 x 16 -> 1 x 16: Lightning restores 3 finished batches per rank (48 samples each
+    under the old world) and the epoch's length is 3 + the 8 batches of 16 that remain, so
+    epoch 0 ends at step 11 having trained each of its 224 samples exactly once."""
+    ref, ref_hashes = tmp_path / "ref", tmp_path / "ref.txt"
+    done = run_train(
+        args(tiny_corpus, cache_dir, ref, 7, "data.batch_size=32"), tmp_path,
+        **{ENV: str(ref_hashes)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (first, hashes), second = resumed(two_ranks, tmp_path), tmp_path / "second"
+    ckpt = first / "checkpoints" / "last.ckpt"
+    done = run_train(
+        args(tiny_corpus, cache_dir, second, 13, "data.batch_size=16", f"ckpt_path={ckpt}"),
+        tmp_path, **{ENV: str(hashes)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-5000:]
+    assert epoch_starts(hashes) == [0, 11] and epoch_starts(ref_hashes) == [0]
+    got = global_batches(hashes)
+    epoch0 = Counter(row for step in range(11) for row in got[step])
+    assert epoch0 == Counter(row for rows in global_batches(ref_hashes).values() for row in rows)
+    assert sum(epoch0.values()) == 224 and set(epoch0.values()) == {1}
