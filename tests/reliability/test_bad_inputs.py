@@ -228,7 +228,6 @@ def checkpoint(tmp_path_factory, tiny_corpus, cache_dir) -> Path:
             "data.stride=8",
             r"cannot resume the data position: .*data\.stride: 16 in the checkpoint, 8 now",
         ),
-        ("data.batch_size=2", r".*data\.batch_size: 4 in the checkpoint, 2 now"),
         (
             "model.n_embd=64",
             r"the model differs from the checkpoint's \(model\.n_embd: 32 in the checkpoint, 64 now\)",

@@ -43,9 +43,10 @@ PLAN_KEYS = (
     "shuffle_documents",
     "group_by",
     "curriculum",
-    "batch_size",
     "seed",
 )
+"""The data keys that decide the epoch plans. Not data.batch_size, the rank count or the
+workers: the position is global samples, so a resume may change those (`resume_position`)."""
 
 
 class WindowDataset(Dataset):
@@ -149,24 +150,27 @@ class PlanDataLoader(DataLoader):
         sampler: PlanSampler = self.sampler
         return {
             **sampler.position.as_dict(),  # epoch, consumed, curriculum phase, tokens, batch
-            "world_size": sampler.world_size,
+            "world_size": sampler.world_size,  # how the position was reached, for the log
+            "batch_size": sampler.batch_size,
+            "num_workers": self.num_workers,
             "plan_signature": self.signature,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue at the saved global position, with this run's ranks, batch and workers.
+
+        The rest of the epoch's order is dealt to this run's ranks by the sampler's rule from
+        `consumed` on. `batch` keeps the saved count: it is what Lightning restores as this
+        epoch's finished batches per rank, and `len()` adds the batches that remain, so the
+        epoch ends after exactly the rest of its samples whatever the rank count was.
+        """
         check_plan_signature(state.get("plan_signature", {}), self.signature)
-        saved_world = state.get("world_size", self.sampler.world_size)
-        if saved_world != self.sampler.world_size:
-            # Lightning restores the epoch's finished batches per rank: with another rank
-            # count they stand for another number of samples, and the epoch would end early.
-            raise ConfigError(
-                f"cannot resume the data position: the checkpoint was written by {saved_world} "
-                f"rank(s), this run has {self.sampler.world_size}; resume with "
-                f"trainer.devices x trainer.num_nodes = {saved_world}"
-            )
+        sampler: PlanSampler = self.sampler
+        saved_world = int(state.get("world_size", sampler.world_size))
+        saved_batch = int(state.get("batch_size", sampler.batch_size))
         consumed = int(state["consumed"])
-        default_batch = -(-consumed // self.sampler.step)  # a state written before curriculum
-        self.sampler.resume(
+        default_batch = -(-consumed // (saved_world * saved_batch))  # a state before curriculum
+        sampler.resume(
             Position(
                 int(state["epoch"]),
                 int(state.get("phase", 0)),
@@ -175,6 +179,26 @@ class PlanDataLoader(DataLoader):
                 int(state.get("batch", default_batch)),
             )
         )
+        saved = (saved_world, saved_batch, state.get("num_workers", self.num_workers))
+        now = (sampler.world_size, sampler.batch_size, self.num_workers)
+        if saved != now and sampler.rank == 0 and sampler.epoch == int(state["epoch"]):
+            log.info("%s", resume_message(sampler, saved, now))
+
+
+def resume_message(sampler: PlanSampler, saved: tuple, now: tuple) -> str:
+    """How a resume with other (ranks, per-rank batch, workers) maps the saved position."""
+    at, remain = sampler.position, sum(s.batches for s in sampler.segments())
+
+    def setup(world: int, batch: int, workers: Any) -> str:
+        extra = f", {workers} worker(s)" if saved[2] != now[2] else ""
+        return f"{world} rank(s) x batch {batch}{extra}"
+
+    return (
+        f"resume: {setup(*saved)} -> {setup(*now)}: epoch {at.epoch} continues at sample "
+        f"{at.consumed:,} of {sampler.plan.n_samples:,} ({at.batch:,} global batches of "
+        f"{saved[0] * saved[1]} samples were done; {remain:,} of {sampler.step} remain, "
+        f"{sampler.batch_size} per rank)"
+    )
 
 
 def log_switch(sampler: PlanSampler, tokens: int) -> None:

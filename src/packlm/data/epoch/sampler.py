@@ -7,7 +7,9 @@ a stale copy of the dataset (pytorch/pytorch#97326), which is harmless here beca
 dataset only knows the store. Rank r of w takes positions r, r+w, r+2w... of each global
 batch of w*B samples, so all ranks get the same number of batches (a rank short of samples
 in the last one gets PAD rows); DataLoader workers take whole batches in turn, so they
-split a rank's share without duplicates or gaps for any worker count.
+split a rank's share without duplicates or gaps for any worker count. The position is global
+(samples consumed by all ranks), so a resume under another rank count or per-rank batch deals
+the rest of the order from `consumed` on by the same rule (`PlanDataLoader.load_state_dict`).
 
 With data.curriculum the epoch is a list of segments, one per phase it passes through
 (`packlm.data.epoch.curriculum`); every rank computes the same switches from the global
