@@ -77,6 +77,7 @@ class WindowDataset(Dataset):
         t1 = (batch.window or self.window) + 1  # a curriculum phase's window, or the split's
         tokens = np.full((batch.rows, t1), self.pad_id, dtype=np.int64)
         segments = np.full((batch.rows, t1), -1, dtype=np.int32)
+        sources = np.full((batch.rows, t1), -1, dtype=np.int16)
         p = len(row)
         if p:
             first = np.ones(p, dtype=bool)
@@ -96,7 +97,8 @@ class WindowDataset(Dataset):
                 read = np.where(position == 0, self.bos_id, self.store.tokens[source])
             tokens[row[piece], column[piece] + within] = read
             segments[row[piece], column[piece] + within] = segment[piece]
-        return Samples(tokens, segments)
+            sources[row[piece], column[piece] + within] = self.store.doc_sources[doc][piece]
+        return Samples(tokens, segments, sources)
 
 
 class PlanDataLoader(DataLoader):
