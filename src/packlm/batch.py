@@ -13,7 +13,7 @@ arrays:
 | `position_ids` | int64 [B, T] | 0 at the row start and at every document start (`document`/`none`), +1 per token; 0..T-1 per row in `stream`; 0 on PAD |
 | `cu_seqlens` | int32 [S+1] | only with `varlen`: starts of the S runs of equal segment id over the flattened B*T tokens (a run never spans two rows; a row's PAD tail is one run), then B*T |
 | `max_seqlen` | int64 [] | only with `varlen`: the longest run |
-| `source_ids` | int16 [B, T] | the store source (`manifest["sources"]` index) of each input token's document; -1 on PAD. Supervised tokens per source = `bincount(source_ids[labels != IGNORE_INDEX])`, which sums to supervised exactly (in `stream` packing a target across documents counts for its input token's source) |
+| `source_ids` | int16 [B, T] (int32 past 32767 sources) | the store source (`manifest["sources"]` index) of each input token's document; -1 on PAD. Supervised tokens per source = `bincount(source_ids[labels != IGNORE_INDEX])`, which sums to supervised exactly (in `stream` packing a target across documents counts for its input token's source) |
 
 `cu_seqlens` / `max_seqlen` are what varlen attention kernels take (flash-attn's
 `flash_attn_varlen_func`; Hugging Face's flash-attention path as `cu_seq_lens_q/k` and
@@ -48,7 +48,7 @@ def make_batch(
     sources: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """tokens int64 [B, T+1] (PAD where none), segments int32 [B, T+1] (-1 where PAD),
-    sources int16 [B, T+1] (-1 where PAD; None: no `source_ids`) -> the batch above; in
+    sources int16/int32 [B, T+1] (-1 where PAD; None: no `source_ids`) -> the batch above; in
     `stream` packing a row is one segment (targets cross documents)."""
     seg = np.where(segments >= 0, 0, -1).astype(np.int32) if packing == "stream" else segments
     seg_in = np.ascontiguousarray(seg[:, :-1], dtype=np.int32)
