@@ -13,6 +13,7 @@ arrays:
 | `position_ids` | int64 [B, T] | 0 at the row start and at every document start (`document`/`none`), +1 per token; 0..T-1 per row in `stream`; 0 on PAD |
 | `cu_seqlens` | int32 [S+1] | only with `varlen`: starts of the S runs of equal segment id over the flattened B*T tokens (a run never spans two rows; a row's PAD tail is one run), then B*T |
 | `max_seqlen` | int64 [] | only with `varlen`: the longest run |
+| `source_ids` | int16 [B, T] (int32 past 32767 sources) | the store source (`manifest["sources"]` index) of each input token's document; -1 on PAD. Supervised tokens per source = `bincount(source_ids[labels != IGNORE_INDEX])`, which sums to supervised exactly (in `stream` packing a target across documents counts for its input token's source) |
 
 `cu_seqlens` / `max_seqlen` are what varlen attention kernels take (flash-attn's
 `flash_attn_varlen_func`; Hugging Face's flash-attention path as `cu_seq_lens_q/k` and
@@ -34,14 +35,21 @@ IGNORE_INDEX = -100
 """The label of a position that is not a target (PyTorch's cross-entropy default)."""
 
 KEYS = ("input_ids", "labels", "segment_ids", "position_ids")
+SOURCE_KEY = "source_ids"
+"""Added by packlm's loader (`WindowDataset` knows each document's source)."""
 VARLEN_KEYS = ("cu_seqlens", "max_seqlen")
 
 
 def make_batch(
-    tokens: np.ndarray, segments: np.ndarray, packing: str, varlen: bool = False
+    tokens: np.ndarray,
+    segments: np.ndarray,
+    packing: str,
+    varlen: bool = False,
+    sources: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """tokens int64 [B, T+1] (PAD where none), segments int32 [B, T+1] (-1 where PAD) ->
-    the batch above; in `stream` packing a row is one segment (targets cross documents)."""
+    """tokens int64 [B, T+1] (PAD where none), segments int32 [B, T+1] (-1 where PAD),
+    sources int16/int32 [B, T+1] (-1 where PAD; None: no `source_ids`) -> the batch above; in
+    `stream` packing a row is one segment (targets cross documents)."""
     seg = np.where(segments >= 0, 0, -1).astype(np.int32) if packing == "stream" else segments
     seg_in = np.ascontiguousarray(seg[:, :-1], dtype=np.int32)
     batch = {
@@ -50,6 +58,8 @@ def make_batch(
         "segment_ids": seg_in,
         "position_ids": positions(seg_in),
     }
+    if sources is not None:
+        batch["source_ids"] = np.ascontiguousarray(sources[:, :-1])
     if varlen:
         batch["cu_seqlens"], batch["max_seqlen"] = varlen_runs(seg_in)
     return batch
@@ -88,6 +98,11 @@ def varlen_runs(segments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     starts = np.flatnonzero(_starts(segments))  # row-major: flattened positions
     cu = np.append(starts, segments.size).astype(np.int32)
     return cu, np.asarray(np.diff(cu).max(initial=0), dtype=np.int64)
+
+
+def supervised_by_source(batch_labels: np.ndarray, source_ids: np.ndarray, n: int) -> np.ndarray:
+    """int64 [n]: the supervised targets of each source in a batch (sums to supervised)."""
+    return np.bincount(source_ids[batch_labels != IGNORE_INDEX], minlength=n).astype(np.int64)
 
 
 def _starts(segments: np.ndarray) -> np.ndarray:

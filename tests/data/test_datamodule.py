@@ -74,7 +74,7 @@ def test_ids_and_loaders(prepared):
         dm.vocab_size - 1,
     )
     batch = next(iter(dm.train_dataloader()))
-    assert set(batch) == {"input_ids", "labels", "segment_ids", "position_ids"}
+    assert set(batch) == {"input_ids", "labels", "segment_ids", "position_ids", "source_ids"}
     assert batch["input_ids"].shape == (4, 8)
 
 

@@ -40,7 +40,9 @@ def config(**overrides) -> DataConfig:
 def position_store(lengths) -> SimpleNamespace:
     """An in-memory stand-in for a TokenStore whose token at position p is p."""
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return SimpleNamespace(tokens=np.arange(offsets[-1], dtype=np.int64), doc_offsets=offsets)
+    tokens = np.arange(offsets[-1], dtype=np.int64)
+    sources = np.zeros(len(lengths), dtype=np.int32)
+    return SimpleNamespace(tokens=tokens, doc_offsets=offsets, doc_sources=sources)
 
 
 def position_dataset(lengths, window: int) -> WindowDataset:

@@ -6,6 +6,11 @@ the cumulative `tokens_seen`); this callback writes them on the steps the Traine
 Throughput is averaged over the steps since the previous log, training time only (the
 clock pauses for dataloader start-up and validation). Under data.curriculum the phase's
 window and stride are logged too (`data/window`, `data/stride`).
+
+`tokens/supervised_by_source/<name>`: the supervised tokens trained from each store source
+so far, read against the mixture's weights; counted from each batch's `source_ids` (built by
+the loader's workers, `packlm.batch`) on the device without a host sync, summed over the
+ranks once per optimizer step, kept in the checkpoint; they sum exactly to tokens/supervised.
 """
 
 from __future__ import annotations
@@ -14,8 +19,12 @@ import time
 from typing import Any
 
 import lightning as L
+import torch
 
+from packlm.batch import IGNORE_INDEX, SOURCE_KEY
 from packlm.model.loss import COUNTS
+
+BY_SOURCE = "tokens/supervised_by_source/"
 
 
 class StepMetrics(L.Callback):
@@ -23,9 +32,48 @@ class StepMetrics(L.Callback):
         self._t_last: float | None = None  # end of the last step (None after a pause)
         self._seen_step = -1  # the global step whose totals were counted last
         self._since_log = dict.fromkeys(("seconds", *COUNTS), 0.0)
+        self.source_names: list[str] | None = None  # the training store's sources
+        self._by_source: torch.Tensor | None = None  # int64 [sources]: all ranks, so far
+        self._pending: torch.Tensor | None = None  # this rank's, since the last step
+        self._restored: dict[str, int] = {}  # a checkpoint's counts
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._seen_step = trainer.global_step  # a resumed run starts past its checkpoint
+        datamodule = getattr(trainer, "datamodule", None)
+        if self.source_names is None and hasattr(datamodule, "store"):
+            self.source_names = list(datamodule.store("train").source_names)
+
+    def state_dict(self) -> dict[str, Any]:
+        if self._by_source is None:
+            return {"supervised_by_source": dict(self._restored)}
+        counts = self._by_source.tolist()
+        return {"supervised_by_source": dict(zip(self.source_names, counts, strict=True))}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._restored = dict(state.get("supervised_by_source", {}))
+
+    def _count_sources(self, trainer: L.Trainer, batch: Any, step_done: bool) -> None:
+        """Add the batch's supervised tokens per source (device-side scatter, no sync); at the
+        end of an optimizer step, sum this rank's over all ranks into the running totals."""
+        names = self.source_names
+        if not names or not isinstance(batch, dict) or SOURCE_KEY not in batch:
+            return
+        labels, sources = batch["labels"], batch[SOURCE_KEY]
+        if self._pending is None:
+            self._pending = torch.zeros(len(names), dtype=torch.int64, device=labels.device)
+            restored = [int(self._restored.get(n, 0)) for n in names]
+            self._by_source = torch.tensor(restored, dtype=torch.int64, device=labels.device)
+        supervised = (labels != IGNORE_INDEX).flatten().to(torch.int64)
+        self._pending.scatter_add_(0, sources.flatten().long().clamp(min=0), supervised)
+        if step_done:
+            self._by_source += trainer.strategy.reduce(self._pending, reduce_op="sum")
+            self._pending.zero_()
+
+    def _source_logs(self) -> dict[str, float]:
+        if self._by_source is None:
+            return {}
+        counts = self._by_source.tolist()
+        return {BY_SOURCE + n: float(c) for n, c in zip(self.source_names, counts, strict=True)}
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._t_last = None  # don't count dataloader start-up as step time
@@ -38,6 +86,7 @@ class StepMetrics(L.Callback):
             self._t_last = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self._count_sources(trainer, batch, trainer.global_step != self._seen_step)
         if trainer.global_step == self._seen_step:  # inside an accumulation cycle
             return
         self._seen_step = trainer.global_step
@@ -57,6 +106,7 @@ class StepMetrics(L.Callback):
         if not any(self._since_log[k] for k in COUNTS):
             return
         counts = {f"tokens/{k}": float(n) for k, n in pl_module.tokens_seen.items()}
+        counts.update(self._source_logs())
         for logger in trainer.loggers:  # Lightning's index of the k-th optimizer step is k-1
             logger.log_metrics(counts, step=trainer.global_step - 1)
         self._since_log = dict.fromkeys(("seconds", *COUNTS), 0.0)
@@ -85,6 +135,7 @@ class StepMetrics(L.Callback):
             "throughput/documents_per_s": since["documents"] / seconds,
             "attention/useful_fraction": pl_module.last_step.attention_useful_fraction,
         }
+        logs.update(self._source_logs())
         logs.update(curriculum_phase(trainer, pl_module))
         if pl_module.model_config.loss_weighting == "document":  # train/loss is per document
             logs["train/loss_per_token"] = pl_module.last_step.loss

@@ -63,6 +63,7 @@ class WindowDataset(Dataset):
         self.pad_id = pad_id
         self.bos_id = bos_id
         self._store: TokenStore | None = None
+        self._source_dtype: np.dtype | None = None
 
     @property
     def store(self) -> TokenStore:
@@ -73,11 +74,21 @@ class WindowDataset(Dataset):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_store": None}  # memmaps are reopened, never pickled
 
+    @property
+    def source_dtype(self) -> np.dtype:
+        """int16 for the batch's `source_ids`, int32 past 32767 sources (found once)."""
+        if self._source_dtype is None:
+            sources = self.store.doc_sources
+            top = int(np.max(sources)) if len(sources) else 0
+            self._source_dtype = np.dtype(np.int16 if top < 2**15 else np.int32)
+        return self._source_dtype
+
     def __getitem__(self, batch: BatchPieces) -> Samples:
         row, doc, start, length = batch.pieces  # [p] each, rows in order
         t1 = (batch.window or self.window) + 1  # a curriculum phase's window, or the split's
         tokens = np.full((batch.rows, t1), self.pad_id, dtype=np.int64)
         segments = np.full((batch.rows, t1), -1, dtype=np.int32)
+        sources = np.full((batch.rows, t1), -1, dtype=self.source_dtype)
         p = len(row)
         if p:
             first = np.ones(p, dtype=bool)
@@ -97,7 +108,8 @@ class WindowDataset(Dataset):
                 read = np.where(position == 0, self.bos_id, self.store.tokens[source])
             tokens[row[piece], column[piece] + within] = read
             segments[row[piece], column[piece] + within] = segment[piece]
-        return Samples(tokens, segments)
+            sources[row[piece], column[piece] + within] = self.store.doc_sources[doc][piece]
+        return Samples(tokens, segments, sources)
 
 
 class PlanDataLoader(DataLoader):

@@ -1,0 +1,432 @@
+"""`python -m packlm.trace <run dir | checkpoint> step=N [rank=R] [--json]`: what a step trained on.
+
+The epoch plan is a pure function of (store, data config, seed, epoch) (DESIGN.md
+"Provenance"), so any optimizer step maps back to its rows and their document pieces from the
+run's saved config alone, without replaying training or anything logged during it:
+
+1. step N -> global batches: a step is `trainer.accumulate_grad_batches` (A) consecutive
+   global batches of one epoch; an epoch of n global batches has ceil(n / A) steps (Lightning
+   steps on a short last cycle), n cut to `trainer.limit_train_batches` when set.
+2. (epoch, global batch b) -> samples: the sampler's segments (`PlanSampler.segments`: the
+   curriculum's phases, counted exactly), positions base .. base + w*B of the phase's plan;
+   slot i of the global batch is rank i % w's row i // w.
+3. samples -> pieces (`EpochPlan.pieces`): store document, token span in the document, its
+   source and record (the store's `doc_ids`), the text's first and last characters, the
+   targets it gives under the label rule of `packlm.batch`, and the window's place in its
+   sequence (offset, stride, window index).
+
+Byte spans: the store keeps no byte offsets of documents in their source files (only
+`doc_offsets`, token offsets, and `doc_ids`); the byte span given is inside the document's
+UTF-8 text, which is the source file's span only for a whole-file document read unchanged.
+
+Epochs are walked from the run's start, so a run resumed with another rank count (elastic
+resume) is traced as if it had kept the configured one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packlm.batch import IGNORE_INDEX, labels
+from packlm.data.epoch.curriculum import Phase, Position, Segment, epoch_segments
+from packlm.data.plans import EpochPlans
+from packlm.errors import ConfigError
+
+LABEL_RULE = (
+    "labels[j] = token j+1 when it is real and in the same segment as token j (packing "
+    "document/none: a piece of L tokens gives L-1 targets; stream: a row is one segment, "
+    "so a row that read R tokens gives R-1), else -100 (packlm.batch.labels)"
+)
+EDGE = 40  # characters of a piece's text shown at each end
+
+
+@dataclass
+class Schedule:
+    """How optimizer steps map to global batches (the run's trainer settings)."""
+
+    world_size: int = 1
+    accumulate: int = 1
+    limit_batches: int | float | None = None  # trainer.limit_train_batches
+
+    def batches_of(self, n: int) -> int:
+        """Global batches Lightning runs of an epoch of n."""
+        limit = self.limit_batches
+        if limit is None or (isinstance(limit, float) and limit >= 1.0):
+            return n
+        return min(n, int(limit)) if isinstance(limit, int) else int(n * limit)
+
+
+class Tracer:
+    """Steps and global batches of a run, from its plans (`EpochPlans`) and `Schedule`."""
+
+    def __init__(self, plans: EpochPlans, schedule: Schedule):
+        self.plans = plans
+        self.schedule = schedule
+        self.curriculum = bool(plans.data.curriculum)
+        self.phases = plans.phases if self.curriculum else [Phase(0, 0, None)]
+        self.step_size = plans.data.batch_size * schedule.world_size  # samples per global batch
+        self._starts: list[Position] = [Position()]  # of epochs 0, 1, ... walked so far
+        self._batches: list[int] = []  # global batches of each epoch walked
+
+    def plan_for(self, epoch: int, phase: int):
+        return self.plans.plan(epoch, "train", phase if self.curriculum else None)
+
+    def segments(self, at: Position) -> list[Segment]:
+        """The epoch from `at` (its start), as the sampler deals it."""
+        return epoch_segments(at, self.phases, self.plan_for, self.step_size)
+
+    def epoch_start(self, epoch: int) -> Position:
+        """The data position at the start of `epoch`: the curriculum's phase and count carry
+        over from the epochs before (walked once from the run's start, then kept)."""
+        while len(self._starts) <= epoch:
+            at = self._starts[-1]
+            segments, used = self.segments(at), 0
+            ran = self.schedule.batches_of(sum(s.batches for s in segments))
+            phase, tokens = at.phase, at.tokens
+            for seg in segments:
+                take = min(seg.batches, ran - used)
+                if take > 0:
+                    phase = seg.phase
+                    if seg.targets is not None:
+                        tokens += int(seg.targets[:take].sum())
+                    used += take
+            self._batches.append(ran)
+            self._starts.append(Position(at.epoch + 1, phase, 0, tokens, 0))
+        return self._starts[epoch]
+
+    def epoch_batches(self, epoch: int) -> int:
+        """Global batches of `epoch` that training runs."""
+        self.epoch_start(epoch + 1)
+        return self._batches[epoch]
+
+    def step_batches(self, step: int) -> list[tuple[int, int]]:
+        """(epoch, global batch) of each micro-batch of optimizer step `step` (0-based: the
+        step Lightning logs as global_step `step`, after which global_step is step+1)."""
+        if step < 0:
+            raise ConfigError(f"step={step}: must be >= 0")
+        acc, epoch, first = self.schedule.accumulate, 0, 0
+        while True:
+            n = self.epoch_batches(epoch)
+            steps = -(-n // acc)
+            if n == 0:
+                raise ConfigError(f"step={step}: epoch {epoch} has no batch (an empty plan)")
+            if step < first + steps:
+                lo = (step - first) * acc
+                return [(epoch, b) for b in range(lo, min(n, lo + acc))]
+            first, epoch = first + steps, epoch + 1
+
+    def global_step_of(self, epoch: int, batch: int) -> int:
+        """The optimizer step that global batch `batch` of `epoch` belongs to."""
+        before = sum(-(-self.epoch_batches(e) // self.schedule.accumulate) for e in range(epoch))
+        return before + batch // self.schedule.accumulate
+
+    def batch(self, epoch: int, batch: int, rank: int | None = None) -> dict[str, Any]:
+        """The trace of global batch `batch` of `epoch`: every row (of `rank` only, if given)."""
+        at = self.epoch_start(epoch)
+        segments, before = self.segments(at), 0
+        n_batches = self.schedule.batches_of(sum(s.batches for s in segments))
+        if not 0 <= batch < n_batches:
+            raise ConfigError(f"batch={batch}: epoch {epoch} has {n_batches} global batches")
+        tokens = at.tokens
+        for seg in segments:
+            if batch < before + seg.batches:
+                break
+            if seg.targets is not None:
+                tokens += int(seg.targets.sum())
+            before += seg.batches
+        j = batch - before
+        if seg.targets is not None:
+            tokens += int(seg.targets[:j].sum())
+        plan = self.plan_for(epoch, seg.phase)
+        base = seg.start + j * self.step_size
+        positions = base + np.arange(self.step_size)
+        positions = positions[positions < plan.n_samples]
+        world = self.schedule.world_size
+        slots = np.arange(len(positions))
+        if rank is not None:
+            if not 0 <= rank < world:
+                raise ConfigError(f"rank={rank}: outside the run's {world} rank(s)")
+            slots = slots[slots % world == rank]
+        rows = self._rows(plan, positions[slots], slots)
+        return {
+            "epoch": epoch,
+            "batch": batch,
+            "step": self.global_step_of(epoch, batch),
+            "phase": seg.phase if self.curriculum else None,
+            "window": plan.window,
+            "stride": plan.stride,
+            "tail": plan.tail,
+            "packing": plan.packing,
+            "world_size": world,
+            "batch_size": self.plans.data.batch_size,
+            "curriculum_tokens_before": tokens if self.curriculum else None,
+            "first_sample_position": int(base),
+            "epoch_samples": plan.n_samples,
+            "label_rule": LABEL_RULE,
+            "rows": rows,
+        }
+
+    def _rows(self, plan, positions: np.ndarray, slots: np.ndarray) -> list[dict[str, Any]]:
+        ids = plan.sample_ids(positions)
+        seq, g, read = plan.windows(ids)
+        start, length, offset, full = plan.layout(seq)
+        k = ids - plan.window_cum[seq]
+        row, doc, begin, size = plan.pieces(ids)
+        store, tok = self.plans.store("train"), self.plans.tokenizer
+        names, world, bos = store.source_names, self.schedule.world_size, self.plans.data.bos
+        byte_len = tok.token_byte_lengths() if tok is not None else None
+        out = []
+        for i, slot in enumerate(slots.tolist()):
+            mine = np.flatnonzero(row == i)
+            pieces, column, ids_row = [], 0, []
+            for n_piece, p in enumerate(mine.tolist()):
+                d, b, L = int(doc[p]), int(begin[p]), int(size[p])
+                piece_ids = document_tokens(store, d, b, L, bos)
+                last = n_piece == len(mine) - 1
+                targets = L - 1 if plan.packing != "stream" or last else L
+                pieces.append(
+                    self._piece(store, names, tok, byte_len, d, b, L, bos, piece_ids)
+                    | {"row_columns": [column, column + L], "targets": targets}
+                )
+                ids_row.append(piece_ids)
+                column += L
+            tokens = np.full(plan.window + 1, store.pad_id, dtype=np.int64)
+            segments = np.full(plan.window + 1, -1, dtype=np.int32)
+            if ids_row:
+                flat = np.concatenate(ids_row)
+                tokens[: len(flat)] = flat
+                segments[: len(flat)] = np.repeat(
+                    np.arange(len(ids_row)), [len(x) for x in ids_row]
+                )
+            seg = np.where(segments >= 0, 0, -1) if plan.packing == "stream" else segments
+            lab = labels(tokens[None], seg[None].astype(np.int32))[0]
+            supervised = lab != IGNORE_INDEX
+            windows = int(plan.window_cum[seq[i] + 1] - plan.window_cum[seq[i]])
+            out.append(
+                {
+                    "slot": slot,
+                    "rank": slot % world,
+                    "row": slot // world,
+                    "sample": int(ids[i]),
+                    "input_ids": tokens[:-1].tolist(),
+                    "supervised": int(supervised.sum()),
+                    "supervised_columns": runs(supervised),
+                    "window": {
+                        "sequence": int(seq[i]),
+                        "sequence_stream_start": int(start[i]),
+                        "sequence_length": int(length[i]),
+                        "offset": int(offset[i]),
+                        "index": int(k[i]),
+                        "windows_in_sequence": windows,
+                        "full_windows": int(full[i]),
+                        "tail_window": bool(k[i] >= full[i]),
+                        "start_in_sequence": int(g[i] - start[i]),
+                        "tokens_read": int(read[i]),
+                    },
+                    "pieces": pieces,
+                }
+            )
+        return out
+
+    def _piece(self, store, names, tok, byte_len, d, b, L, bos, piece_ids) -> dict[str, Any]:
+        doc_id = store.doc_id(d)
+        source = int(store.doc_sources[d])
+        out = {
+            "document": d,
+            "doc_id": doc_id,
+            "source": names[source] if source < len(names) else source,
+            "source_index": source,
+            "path": None,
+            "record": None,
+            "token_span": [b, b + L],
+            "document_tokens": int(store.doc_offsets[d + 1] - store.doc_offsets[d]) + int(bos),
+            "store_offsets": [int(store.doc_offsets[d]), int(store.doc_offsets[d + 1])],
+        }
+        out.update(parse_doc_id(doc_id))
+        if tok is not None:
+            before = document_tokens(store, d, 0, b, bos)
+            lo = int(byte_len[before].sum())
+            out["text_byte_span"] = [lo, lo + int(byte_len[piece_ids].sum())]
+            text = tok.decode(piece_ids.tolist())
+            out["text_first"], out["text_last"] = text[:EDGE], text[-EDGE:]
+        return out
+
+
+def document_tokens(store, d: int, begin: int, length: int, bos: bool) -> np.ndarray:
+    """int64: tokens [begin, begin+length) of document d as the plan counts them (with
+    data.bos position 0 is the BOS, the store's EOS id, and position p >= 1 the store's p-1)."""
+    pos = np.arange(begin, begin + length)
+    first = int(store.doc_offsets[d])
+    if not bos:
+        return np.asarray(store.tokens[first + begin : first + begin + length], dtype=np.int64)
+    read = np.asarray(store.tokens[first + np.maximum(pos - 1, 0)], dtype=np.int64)
+    return np.where(pos == 0, store.eos_id, read)
+
+
+def parse_doc_id(doc_id: str) -> dict[str, Any]:
+    """`source:path[@span][:record]` -> path and record (a JSONL line number, a Parquet row,
+    the k-th piece of a text file split on data.separator); None where the id has none."""
+    _, _, rest = doc_id.partition(":")
+    path, _, last = rest.rpartition(":")
+    if path and last.isdigit():
+        return {"path": path, "record": int(last)}
+    return {"path": rest or None, "record": None}
+
+
+def runs(mask: np.ndarray) -> list[list[int]]:
+    """[[start, end), ...] of the True runs of a bool vector."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return edges.reshape(-1, 2).tolist()
+
+
+# --- the run's config -------------------------------------------------------------------
+def tracer_of(path: str | Path, world_size: int | None = None) -> Tracer:
+    """The Tracer of a run directory (`.hydra/config.yaml`) or a checkpoint (its stored data
+    config and tokenizer; the trainer settings from its run's config when there is one)."""
+    from omegaconf import OmegaConf
+
+    from packlm.data.config import DataConfig
+    from packlm.tokenizer.config import TokenizerConfig
+
+    path = Path(path)
+    run_cfg, tokenizer, data = None, None, None
+    if path.is_dir():
+        saved = path / ".hydra" / "config.yaml"
+        if not saved.is_file():
+            raise ConfigError(f"{path}: no .hydra/config.yaml (not a run directory)")
+        run_cfg = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
+    elif path.is_file():
+        from packlm.checkpoint.contents import KEY, read_checkpoint, run_dir_of
+        from packlm.checkpoint.contents import tokenizer_from_checkpoint as tok_of
+
+        checkpoint = read_checkpoint(path)
+        extras = checkpoint.get(KEY) or {}
+        if "data" not in extras:
+            raise ConfigError(f"{path}: no packlm data config (not written by packlm's train.py)")
+        data, tokenizer = extras["data"], tok_of(checkpoint)
+        saved = run_dir_of(path) / ".hydra" / "config.yaml"
+        if saved.is_file():
+            run_cfg = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
+    else:
+        raise ConfigError(f"{path}: no such run directory or checkpoint")
+    run_cfg = run_cfg or {}
+    trainer = run_cfg.get("trainer") or {}
+    data = DataConfig.from_mapping(data if data is not None else run_cfg.get("data") or {})
+    if tokenizer is None:
+        tokenizer = TokenizerConfig.from_mapping(run_cfg.get("tokenizer") or {})
+    cache = run_cfg.get("cache_dir")
+    kwargs = {"cache_dir": cache} if cache else {}
+    plans = EpochPlans(tokenizer, data=data, progress=False, **kwargs)
+    schedule = Schedule(
+        world_size if world_size is not None else world_of(trainer),
+        int(trainer.get("accumulate_grad_batches") or 1),
+        trainer.get("limit_train_batches"),
+    )
+    return Tracer(plans, schedule)
+
+
+def world_of(trainer: dict[str, Any]) -> int:
+    """Ranks of the run: trainer.devices x trainer.num_nodes (an int or a list of ids)."""
+    devices = trainer.get("devices", 1)
+    if isinstance(devices, list):
+        devices = len(devices)
+    elif isinstance(devices, str) and devices.isdigit():
+        devices = int(devices)
+    if not isinstance(devices, int) or devices < 1:
+        raise ConfigError(
+            f"trainer.devices={devices!r}: the rank count is not in the config; give world=N"
+        )
+    return devices * int(trainer.get("num_nodes") or 1)
+
+
+# --- output -----------------------------------------------------------------------------
+def render(traces: list[dict[str, Any]]) -> str:
+    """The human-readable trace."""
+    lines = []
+    for t in traces:
+        phase = "" if t["phase"] is None else f", curriculum phase {t['phase']}"
+        lines.append(
+            f"step {t['step']}: epoch {t['epoch']}, global batch {t['batch']}{phase} "
+            f"(window {t['window']}, stride {t['stride']}, tail {t['tail']}, packing "
+            f"{t['packing']}; {t['world_size']} rank(s) x {t['batch_size']} rows; samples "
+            f"{t['first_sample_position']}.. of {t['epoch_samples']} in the epoch order)"
+        )
+        for r in t["rows"]:
+            w = r["window"]
+            lines.append(
+                f"  rank {r['rank']} row {r['row']}: sample {r['sample']}, {r['supervised']} "
+                f"supervised of {len(r['input_ids'])} at columns {r['supervised_columns']}; "
+                f"window {w['index']} of {w['windows_in_sequence']} of sequence {w['sequence']}"
+                f" (length {w['sequence_length']}, offset {w['offset']}, starts at "
+                f"{w['start_in_sequence']}, reads {w['tokens_read']}"
+                f"{', tail' if w['tail_window'] else ''})"
+            )
+            for p in r["pieces"]:
+                where = p["path"] or p["doc_id"]
+                record = "" if p["record"] is None else f" record {p['record']}"
+                span = p.get("text_byte_span")
+                lines.append(
+                    f"    doc {p['document']} [{p['source']}] {where}{record}: tokens "
+                    f"{p['token_span'][0]}:{p['token_span'][1]} of {p['document_tokens']}"
+                    + (f", text bytes {span[0]}:{span[1]}" if span else "")
+                    + f", row columns {p['row_columns'][0]}:{p['row_columns'][1]}, "
+                    f"{p['targets']} targets"
+                )
+                if "text_first" in p:
+                    lines.append(f"      {p['text_first']!r} ... {p['text_last']!r}")
+    lines.append(f"labels: {LABEL_RULE}")
+    lines.append(
+        "bytes: the store keeps no byte offsets in the source files; text bytes are inside "
+        "the document's UTF-8 text (the store's doc_offsets give its tokens)"
+    )
+    return "\n".join(lines)
+
+
+USAGE = (
+    "usage: python -m packlm.trace <run dir | checkpoint> step=N | epoch=E batch=B "
+    "[rank=R] [world=W] [--json | json=true]"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    from packlm.errors import one_line_errors
+
+    with one_line_errors(ConfigError, OSError):
+        opts, paths = {}, []
+        for a in argv:
+            if a == "--json":
+                opts["json"] = "true"
+            elif "=" in a:
+                k, _, v = a.partition("=")
+                opts[k.lstrip("+")] = v
+            else:
+                paths.append(a)
+        unknown = set(opts) - {"step", "epoch", "batch", "rank", "world", "json"}
+        if len(paths) != 1 or unknown or not ("step" in opts or "batch" in opts):
+            raise ConfigError(
+                USAGE + (f" (unknown: {', '.join(sorted(unknown))})" if unknown else "")
+            )
+        ints = {k: int(v) for k, v in opts.items() if k != "json"}
+        tracer = tracer_of(paths[0], ints.get("world"))
+        if "step" in ints:
+            where = tracer.step_batches(ints["step"])
+        else:
+            where = [(ints.get("epoch", 0), ints["batch"])]
+        traces = [tracer.batch(e, b, ints.get("rank")) for e, b in where]
+        if opts.get("json", "false").lower() in ("1", "true", "yes"):
+            json.dump(traces, sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            print(render(traces))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
