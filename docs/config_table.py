@@ -5,47 +5,25 @@
 
 Each row is one key: its default as the composed config gives it (the dataclass default,
 or what conf/ sets instead, such as `data.seed: ${seed}`), and its meaning, the attribute
-docstring written under the field in the dataclass.
+docstring written under the field in the dataclass (packlm.config_help reads them, for
+every command's `--help` too).
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import inspect
 import json
 import sys
-import textwrap
-from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from packlm.config import CONFIG_DIR, PackLMConfig
+from packlm.config import CONFIG_DIR
+from packlm.config_help import documented_keys
 
 PAGE = Path(__file__).resolve().parent / "configuration.md"
 START, END = "<!-- config-table:start -->", "<!-- config-table:end -->"
-
-
-def attribute_docs(cls: type) -> dict[str, str]:
-    """{field: its docstring} of a dataclass and its bases, read from the source."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if not is_dataclass(klass) or klass.__module__ == "types":  # made by make_dataclass
-            continue
-        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        body = tree.body[0].body
-        for node, after in zip(body, body[1:], strict=False):
-            if (
-                isinstance(node, ast.AnnAssign)
-                and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)
-            ):
-                docs[node.target.id] = " ".join(after.value.value.split())
-    return docs
 
 
 def rows() -> list[tuple[str, str, str]]:
@@ -53,19 +31,12 @@ def rows() -> list[tuple[str, str, str]]:
     with initialize_config_dir(CONFIG_DIR, version_base=None):
         composed = OmegaConf.to_container(compose("config"), resolve=False)
     out = []
-    top_docs = attribute_docs(PackLMConfig)
-    for f in fields(PackLMConfig):
-        if f.default_factory is MISSING:  # a top-level key
-            out.append((f.name, composed[f.name], top_docs.get(f.name, "")))
-            continue
-        group = type(f.default_factory())  # a group: one row per documented key
-        docs = attribute_docs(group)
-        passthrough = getattr(group, "passthrough", None)
-        for g in fields(group):
-            if not g.name.startswith("_") and (g.name in docs or passthrough is None):
-                out.append((f"{f.name}.{g.name}", composed[f.name][g.name], docs.get(g.name, "")))
-        if passthrough:  # e.g. every other lightning.Trainer argument
-            out.append((f"{f.name}.*", "(the library's)", passthrough))
+    for key, meaning in documented_keys():  # the reader `--help` uses too
+        group, _, name = key.rpartition(".")
+        if name == "*":
+            out.append((key, "(the library's)", meaning))
+        else:
+            out.append((key, composed[group][name] if group else composed[name], meaning))
     return out
 
 

@@ -18,18 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 from tqdm.auto import tqdm
 
-from packlm.checkpoint.load import load_checkpoint, tokenizer_config_of
 from packlm.config import CONFIG_DIR
+from packlm.config_help import exit_if_help
 from packlm.data.config import DataConfig
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
-from packlm.model.loss import IGNORE_INDEX, head_cross_entropy
-from packlm.model.transformer import Transformer
 
 FROM_CHECKPOINT = (
     "window", "packing", "bos", "text_field", "separator", "encoding_errors", "normalize_newlines",
@@ -52,59 +49,71 @@ def eval_data_config(saved: dict[str, Any], overrides: dict[str, Any]) -> DataCo
     return DataConfig.from_mapping(values)
 
 
-@torch.no_grad()
 def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: str | Path,
              device: str = "cpu", progress: bool = False) -> dict[str, Any]:  # fmt: skip
+    import torch  # not for `--help`
+
+    from packlm.checkpoint.load import load_checkpoint, tokenizer_config_of
     from packlm.data.datamodule import PackedDataModule
     from packlm.data.store.prepared import prepare_stores
+    from packlm.model.loss import IGNORE_INDEX, head_cross_entropy
+    from packlm.model.transformer import Transformer
 
-    ckpt = load_checkpoint(ckpt_path)
-    data = eval_data_config(ckpt.data, data_overrides).validate(ckpt.model.context_length)
-    tokenizer_cfg = tokenizer_config_of(ckpt.tokenizer, cache_dir)
-    try:
-        prepared = prepare_stores(data, tokenizer_cfg, cache_dir, progress=False)
-    except ValueError as e:  # ConfigError, SourceError: name the key the user typed
-        message = str(e).replace("data.sources", "data.val_sources", 1)
-        raise type(e)(message.replace("no training documents", "no documents to score")) from None
-    # the scored documents are the "train" store (val_fraction 0): read it as validation
-    prepared = replace(prepared, val_dir=prepared.train_dir, val_manifest=prepared.train_manifest)
-    dm = PackedDataModule(tokenizer_cfg, cache_dir, ckpt.model.context_length, data=data,
-                          prepared=prepared, progress=False)  # fmt: skip
-    model = Transformer(ckpt.model)
-    model.load_state_dict(ckpt.weights)
-    model.to(device).eval()
-    byte_lengths = torch.as_tensor(ckpt.tokenizer.token_byte_lengths(), device=device)  # [V]
-    nats, supervised, n_bytes, windows = 0.0, 0, 0, 0
-    loader = dm.val_dataloader()
-    for batch in tqdm(
-        loader, total=len(loader), desc="scoring", unit="batch", disable=not progress
-    ):
-        batch = {k: v.to(device) for k, v in batch.items() if torch.is_tensor(v)}
-        inputs = (batch["input_ids"], batch["segment_ids"], batch["position_ids"])  # [B, T] each
-        sum_ce, _ = head_cross_entropy(model, model, inputs, batch["labels"])  # the loss's path
-        mask = batch["labels"] != IGNORE_INDEX  # [B, T]
-        nats += float(sum_ce)
-        supervised += int(mask.sum())
-        n_bytes += int((byte_lengths[batch["labels"].clamp(min=0)] * mask).sum())
-        windows += batch["input_ids"].shape[0]
-    store = dm.store("val")
-    if supervised == 0:
-        raise ValueError(f"data.val_sources={list(data.sources)}: no token to score")
-    loss = nats / supervised
-    return {
-        "ckpt_path": str(ckpt_path),
-        "sources": list(map(str, data.sources)),
-        "loss": loss,
-        "ppl": math.exp(min(loss, 700.0)),
-        "bpb": nats / math.log(2) / n_bytes if n_bytes else None,
-        "documents": store.n_docs,
-        "tokens": store.n_tokens,
-        "supervised_tokens": supervised,
-        "bytes": n_bytes,
-        "windows": windows,
-        "window": data.window,
-        "packing": data.packing,
-    }
+    with torch.no_grad():
+        ckpt = load_checkpoint(ckpt_path)
+        data = eval_data_config(ckpt.data, data_overrides).validate(ckpt.model.context_length)
+        tokenizer_cfg = tokenizer_config_of(ckpt.tokenizer, cache_dir)
+        try:
+            prepared = prepare_stores(data, tokenizer_cfg, cache_dir, progress=False)
+        except ValueError as e:  # ConfigError, SourceError: name the key the user typed
+            message = str(e).replace("data.sources", "data.val_sources", 1)
+            message = message.replace("no training documents", "no documents to score")
+            raise type(e)(message) from None
+        # the scored documents are the "train" store (val_fraction 0): read it as validation
+        prepared = replace(
+            prepared, val_dir=prepared.train_dir, val_manifest=prepared.train_manifest
+        )
+        dm = PackedDataModule(tokenizer_cfg, cache_dir, ckpt.model.context_length, data=data,
+                              prepared=prepared, progress=False)  # fmt: skip
+        model = Transformer(ckpt.model)
+        model.load_state_dict(ckpt.weights)
+        model.to(device).eval()
+        byte_lengths = torch.as_tensor(ckpt.tokenizer.token_byte_lengths(), device=device)  # [V]
+        nats, supervised, n_bytes, windows = 0.0, 0, 0, 0
+        loader = dm.val_dataloader()
+        for batch in tqdm(
+            loader, total=len(loader), desc="scoring", unit="batch", disable=not progress
+        ):
+            batch = {k: v.to(device) for k, v in batch.items() if torch.is_tensor(v)}
+            inputs = (
+                batch["input_ids"],
+                batch["segment_ids"],
+                batch["position_ids"],
+            )  # [B, T] each
+            sum_ce, _ = head_cross_entropy(model, model, inputs, batch["labels"])  # the loss's path
+            mask = batch["labels"] != IGNORE_INDEX  # [B, T]
+            nats += float(sum_ce)
+            supervised += int(mask.sum())
+            n_bytes += int((byte_lengths[batch["labels"].clamp(min=0)] * mask).sum())
+            windows += batch["input_ids"].shape[0]
+        store = dm.store("val")
+        if supervised == 0:
+            raise ValueError(f"data.val_sources={list(data.sources)}: no token to score")
+        loss = nats / supervised
+        return {
+            "ckpt_path": str(ckpt_path),
+            "sources": list(map(str, data.sources)),
+            "loss": loss,
+            "ppl": math.exp(min(loss, 700.0)),
+            "bpb": nats / math.log(2) / n_bytes if n_bytes else None,
+            "documents": store.n_docs,
+            "tokens": store.n_tokens,
+            "supervised_tokens": supervised,
+            "bytes": n_bytes,
+            "windows": windows,
+            "window": data.window,
+            "packing": data.packing,
+        }
 
 
 def summary_table(result: dict[str, Any]) -> str:
@@ -133,4 +142,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    exit_if_help("evaluate")
     main()

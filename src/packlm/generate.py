@@ -10,15 +10,12 @@ import math
 from pathlib import Path
 
 import hydra
-import torch
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
-from packlm.checkpoint.load import load_checkpoint
 from packlm.config import CONFIG_DIR
+from packlm.config_help import exit_if_help
 from packlm.errors import ConfigError, one_line_errors
-from packlm.model.sampling import sample_text
-from packlm.model.transformer import Transformer
 
 
 def generate(
@@ -33,6 +30,10 @@ def generate(
 ) -> list[str]:
     """Texts (prompt + continuation) sampled from the checkpoint's model (the bare
     Transformer: sampling needs neither the LightningModule nor Lightning)."""
+    from packlm.checkpoint.load import load_checkpoint  # torch: not for `--help`
+    from packlm.model.sampling import sample_text
+    from packlm.model.transformer import Transformer
+
     check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed, device)
     checkpoint = load_checkpoint(ckpt_path)  # clear errors naming ckpt_path
     model = Transformer(checkpoint.model)
@@ -57,6 +58,7 @@ def generate(
 def check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed, device) -> None:
     """Refuse meaningless options before the checkpoint is read: a negative or zero
     `max_new_tokens` used to print the prompt and exit 0, a NaN temperature to sample noise."""
+    import torch
 
     def integer(value) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
@@ -97,4 +99,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    exit_if_help("generate")
     main()

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from packlm.config import CONFIG_DIR
+from packlm.config_help import exit_if_help
 from packlm.data.config import DataConfig
 from packlm.data.store.prepared import PreparedData, prepare_stores
 from packlm.data.store.sources.document import SourceError
@@ -123,4 +124,5 @@ def logs_to_stderr() -> None:
 
 
 if __name__ == "__main__":
+    exit_if_help("prepare")
     main()

@@ -18,6 +18,7 @@ import hydra
 from omegaconf import DictConfig
 
 from packlm.config import CONFIG_DIR
+from packlm.config_help import exit_if_help
 from packlm.data.config import DataConfig
 from packlm.data.epoch.statistics import to_json
 from packlm.data.plans import EpochPlans
@@ -62,4 +63,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    exit_if_help("stats")
     main()

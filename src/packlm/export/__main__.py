@@ -18,8 +18,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
-from packlm.checkpoint.load import load_checkpoint, tokenizer_config_of
 from packlm.config import CONFIG_DIR, PackLMConfig
+from packlm.config_help import exit_if_help
 from packlm.data.config import DataConfig
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
@@ -59,6 +59,8 @@ def export(cfg: DictConfig) -> dict:
         from packlm.export.hf import require_hf
 
         require_hf()  # before reading anything
+    from packlm.checkpoint.load import load_checkpoint  # torch: not for `--help`
+
     ckpt = load_checkpoint(ckpt_path) if ckpt_path else None
     notes: list[str] = []
     with output_dir(dest, cfg.overwrite) as tmp:
@@ -88,6 +90,8 @@ def _export_stores(cfg: DictConfig, fmt: str, ckpt, tmp: Path) -> list[str]:
 
     data = DataConfig.from_mapping(cfg.data)
     if ckpt is not None:
+        from packlm.checkpoint.load import tokenizer_config_of
+
         tokenizer_cfg = tokenizer_config_of(ckpt.tokenizer, cfg.cache_dir)
     else:
         tokenizer_cfg = TokenizerConfig.from_mapping(cfg.tokenizer)
@@ -114,4 +118,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    exit_if_help("export", ExportConfig)
     main()

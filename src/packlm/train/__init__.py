@@ -8,8 +8,36 @@
 4. `ddp_hydra.py`: one job of a sweep launches its own DDP ranks and cleans up after them.
 5. `report.py`: what the terminal shows (the model's size, the final summary).
 6. `allocator.py`: the opt-in `train.keep_freed_memory` (glibc's malloc thresholds).
+7. `shown_config.py`: `--cfg` validates the config it prints.
+
+`main` answers `--help` and checks `--cfg` before torch and Lightning are imported (tens of
+seconds on a busy machine); `train` is job.py's, imported on first use.
 """
 
-from packlm.train.job import main, train
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["main", "train"]
+
+
+def main(cfg: Any = None) -> Any:
+    """`python train.py`: the help and `--cfg` without the heavy imports, else job.py's main
+    (Hydra's entry point; given a composed `cfg`, called as Hydra would)."""
+    if cfg is None:
+        from packlm.config_help import exit_if_help
+        from packlm.train.shown_config import check_shown_config
+
+        exit_if_help("train")
+        check_shown_config()
+    from packlm.train.job import main as job_main
+
+    return job_main() if cfg is None else job_main(cfg)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "train":  # job.py imports torch and Lightning: only when a run needs them
+        from packlm.train.job import train
+
+        return train
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,118 @@
+"""What a new user sees in the terminal (issue #38): each command's `--help`, `--cfg job`
+validating, the progress bar's total, Lightning's device lines, cache change lines."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers.runs import ROOT
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+
+def _train_py(*argv: str, module: str | None = None):
+    """`python train.py <argv>` (or `python -m <module>`): the process, and which of torch
+    and Lightning it imported. Unlike helpers.processes, `__main__` is the module run (as
+    with `python -m`), so its classes' source can be read."""
+    run = (
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+        if module
+        else "runpy.run_path('train.py', run_name='__main__')"
+    )
+    script = (
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: print('IMPORTED', [m for m in ('torch', 'lightning') "
+        "if m in sys.modules], file=sys.stderr))\n"
+        f"sys.argv = {[module or 'train.py', *argv]!r}\n"
+        f"{run}\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT, env=ENV)  # fmt: skip
+    line = next((x for x in out.stderr.splitlines() if x.startswith("IMPORTED ")), "IMPORTED None")
+    return out, ast.literal_eval(line.removeprefix("IMPORTED "))
+
+
+# --- --help ------------------------------------------------------------------------------------
+
+
+def test_train_help_names_the_command_and_its_keys_without_torch():
+    out, imported = _train_py("--help")
+    assert out.returncode == 0, out.stderr
+    assert imported == []  # neither torch nor Lightning
+    text = out.stdout
+    assert text.startswith("usage: python train.py")
+    assert "powered by Hydra" not in text
+    # keys with the first line of their dataclass docstring
+    assert "  train.max_supervised_tokens" in text
+    assert "Stop after this many supervised targets" in text
+    assert "model=large|medium|small" in text and "experiment=" in text
+    assert all(len(line) <= 120 for line in text.splitlines())
+
+
+TOOLS = {  # module: (usage start, a key it reads, a key it does not read)
+    "packlm.prepare": ("python -m packlm.prepare", "  data.window", "  model.n_layer"),
+    "packlm.stats": ("python -m packlm.stats", "  model.context_length", "  optim.lr"),
+    "packlm.generate": ("python -m packlm.generate", "  temperature", "  data.window"),
+    "packlm.evaluate": ("python -m packlm.evaluate", "  data.val_sources", "  optim.lr"),
+    "packlm.export": ("python -m packlm.export", "  format", "  trainer.max_steps"),
+}
+
+
+@pytest.mark.parametrize("module", sorted(TOOLS))
+def test_tool_help_shows_only_its_keys_without_torch(module):
+    out, imported = _train_py("--help", module=module)
+    assert out.returncode == 0, out.stderr
+    assert imported == [], f"{module} --help imported {imported}"
+    usage, read, unread = TOOLS[module]
+    text = out.stdout
+    assert text.startswith(f"usage: {usage}")
+    assert read in text and unread not in text
+    assert "powered by Hydra" not in text
+    for group in ("callbacks=", "debug=", "logger="):  # train.py's groups are not theirs
+        assert group not in text
+
+
+def test_export_help_starts_with_its_own_keys():
+    from packlm.config_help import help_text
+    from packlm.export.__main__ import ExportConfig
+
+    keys = [line.split()[0] for line in help_text("export", ExportConfig).splitlines()
+            if line.startswith("  ")]  # fmt: skip
+    assert keys[:4] == ["format", "out", "overwrite", "ckpt_path"]
+    assert "data.window" in keys and "tokenizer.vocab_size" in keys
+
+
+def test_one_line_keeps_the_first_sentence():
+    from packlm.config_help import one_line
+
+    assert one_line("Tokens per step. More text (e.g. this).") == "Tokens per step."
+    assert one_line("See e.g. the other key. Next.") == "See e.g. the other key."
+    cut = one_line("word " * 40, width=30)
+    assert len(cut) <= 30 and cut.endswith(" ...")
+
+
+# --- --cfg job ---------------------------------------------------------------------------------
+
+
+def test_cfg_job_refuses_what_a_run_refuses():
+    out, _ = _train_py("--cfg", "job", "data.packing=zip")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "error: data.packing='zip'" in out.stderr
+    assert "Traceback" not in out.stderr and "packing" not in out.stdout
+
+
+def test_cfg_check_passes_a_valid_config(capsys):
+    from packlm.train.shown_config import check_shown_config
+
+    check_shown_config(["--cfg", "job", "data.window=64"])  # no exit
+    check_shown_config(["-m", "--cfg", "job", "data.packing=zip,none"])  # a sweep: Hydra's
+    check_shown_config(["data.packing=zip"])  # not --cfg: the run refuses it itself
+    with pytest.raises(SystemExit) as exited:
+        check_shown_config(["-c", "job", "model.n_head=3"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith("error: model.")
