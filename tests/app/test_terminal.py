@@ -116,3 +116,57 @@ def test_cfg_check_passes_a_valid_config(capsys):
         check_shown_config(["-c", "job", "model.n_head=3"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.startswith("error: model.")
+
+
+# --- the progress bar's total ------------------------------------------------------------------
+
+
+def test_the_total_is_where_the_first_limit_ends_the_run():
+    from packlm.callbacks.progress_bar import TokenBudget, bar_total, batches_left
+
+    # a token budget of 150 batches in an epoch of 43687: the bar ends at 150, not 43687
+    budget = TokenBudget(150 * 400, lambda tokens: tokens / 400)  # 400 targets a batch
+    assert (
+        bar_total(43687, 60, batches_left(None, 1, budget.batches_left(60 * 400), None, None))
+        == 150
+    )
+    # a resume 300 batches into the epoch with 218 steps left ends at batch 518, not 218
+    assert bar_total(43687, 300, batches_left(218, 1, None, None, None)) == 518
+    # steps count optimizer steps: 4 batches each under accumulate_grad_batches=4
+    assert bar_total(10_000, 0, batches_left(100, 4, None, None, None)) == 400
+    # max_time: the time left at the pace measured (2 s a batch, 60 s left: 30 more)
+    assert bar_total(10_000, 10, batches_left(950, 1, None, 60.0, 2.0)) == 40
+    # the epoch ends first: its length; no limit but epochs: its length
+    assert bar_total(218, 0, batches_left(950, 1, None, None, None)) == 218
+    assert bar_total(218, 5, None) == 218
+    assert budget.batches_left(10**9) == 0  # past the budget: nothing left
+
+
+class _Totals(__import__("lightning").Callback):
+    """The progress bar's total after each training batch."""
+
+    def __init__(self):
+        self.totals: list[float] = []
+
+    def on_train_batch_end(self, trainer, *args):
+        self.totals.append(trainer.progress_bar_callback.total_train_batches)
+        self.epoch = trainer.num_training_batches
+
+
+def test_a_token_budget_run_shows_its_own_length(compose_tiny, tmp_path, capsys):
+    from packlm.train import train
+
+    cfg = compose_tiny(
+        "trainer.enable_progress_bar=true", "train.max_supervised_tokens=2000",
+        "trainer.val_check_interval=1000", "train.sample_prompt=", "train.log_batch_images=false",
+        "train.validate_at_end=false", "trainer.limit_val_batches=0",
+    )  # fmt: skip
+    totals = _Totals()
+    train(cfg, run_dir=tmp_path / "run", callbacks=[totals])
+    steps = len(totals.totals)
+    assert 2 <= steps < 60 and totals.epoch > 2 * steps  # the epoch is longer than the run
+    # the estimate from the expected tokens per batch: within a few batches of the real end
+    assert all(abs(t - steps) <= max(2, steps // 4) for t in totals.totals), (steps, totals.totals)
+    out = capsys.readouterr().out
+    assert f"trained {steps} steps" in out
+    assert f"{steps}/{steps}" in out  # the bar's last line: full, not 16/56

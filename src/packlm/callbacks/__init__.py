@@ -8,7 +8,8 @@
   SIGTERM / Ctrl-C, a stop at the first non-finite loss (never a checkpoint of NaN weights).
 - `resumed_settings.py`: `ResumedSettings`, a resume applies the current optimizer settings.
 - `batch_hashes.py`: `BatchHashes`, per-batch hashes for comparing runs (debugging, tests).
-- `progress_bar.py`: `EpochProgressBar`, Lightning's rich bar without "Epoch 3/-2".
+- `progress_bar.py`: `EpochProgressBar` (rich) and `RunProgressBar` (tqdm), Lightning's bars
+  ending where the run ends (max_steps, the token budget, max_time), without "Epoch 3/-2".
 - `views/`: what TensorBoard shows of the data path (batch images, epoch tables, coverage,
   a decoded row, HParams, text samples).
 """
@@ -24,7 +25,12 @@ from packlm.callbacks.checkpointing import (
     TrainingDiverged,
     TrainingStopped,
 )
-from packlm.callbacks.progress_bar import EpochProgressBar, rich_available
+from packlm.callbacks.progress_bar import (
+    EpochProgressBar,
+    RunProgressBar,
+    TokenBudget,
+    rich_available,
+)
 from packlm.callbacks.resumed_settings import ResumedSettings
 from packlm.callbacks.step_metrics import StepMetrics
 from packlm.callbacks.token_axis import SupervisedTokenAxis
@@ -42,6 +48,7 @@ __all__ = [
     "BatchImages",
     "BestCheckpoint",
     "EpochProgressBar",
+    "RunProgressBar",
     "EpochStatistics",
     "FiniteTraining",
     "GracefulStop",
@@ -55,5 +62,6 @@ __all__ = [
     "TrainingDiverged",
     "TrainingRowText",
     "TrainingStopped",
+    "TokenBudget",
     "rich_available",
 ]

@@ -32,10 +32,12 @@ from packlm.callbacks import (
     HParams,
     LastCheckpoint,
     ResumedSettings,
+    RunProgressBar,
     StepMetrics,
     SupervisedTokenAxis,
     SupervisedTokenBudget,
     TextSamples,
+    TokenBudget,
     TrainingDiverged,
     TrainingRowText,
     TrainingStopped,
@@ -176,8 +178,10 @@ def _fit(
         )
 
     own_bar = any(isinstance(c, ProgressBar) for c in callbacks)  # a user's own bar wins
-    if config.trainer.enable_progress_bar and rich_available() and not own_bar:
-        callbacks.append(EpochProgressBar())
+    bar = None
+    if config.trainer.enable_progress_bar and not own_bar:
+        bar = EpochProgressBar() if rich_available() else RunProgressBar()
+        callbacks.append(bar)
     trainer_kwargs = config.trainer.trainer_kwargs()
     if config.trainer.precision == "auto":
         chosen = auto_precision(config.trainer.accelerator)
@@ -198,6 +202,9 @@ def _fit(
         reload_dataloaders_every_n_epochs=1,  # each epoch has its own plan (and length)
         default_root_dir=str(run_dir),
     )
+    if bar is not None and config.train.max_supervised_tokens:  # the bar ends with the budget
+        batches_for = _expected_batches(datamodule, trainer.world_size)
+        bar.budget = TokenBudget(config.train.max_supervised_tokens, batches_for)
     module = LitCausalLM(model=model_config, optim=_schedule_horizon(config, datamodule, trainer))
     module.set_token_byte_lengths(datamodule.token_byte_lengths)  # for val/bpb
     if init is not None:
@@ -287,13 +294,18 @@ def _schedule_horizon(config: Validated, datamodule: PackedDataModule, trainer: 
     optim = config.optim
     if optim.max_steps is not None or not config.train.max_supervised_tokens:
         return optim
-    world = trainer.world_size
+    batches = _expected_batches(datamodule, trainer.world_size)(config.train.max_supervised_tokens)
+    steps = math.ceil(batches / config.trainer.accumulate_grad_batches)
+    return replace(optim, max_steps=max(1, steps))
+
+
+def _expected_batches(datamodule: PackedDataModule, world: int):
+    """tokens -> the global batches expected to train that many supervised targets (the
+    schedule's horizon and the progress bar's total under a token budget)."""
     rates = [  # supervised tokens per global batch of each curriculum phase (one without)
         datamodule.supervised_tokens_per_batch(p) * world for p in range(len(datamodule.phases))
     ]
-    batches = expected_batches(datamodule.phases, rates, config.train.max_supervised_tokens)
-    steps = math.ceil(batches / config.trainer.accumulate_grad_batches)
-    return replace(optim, max_steps=max(1, steps))
+    return lambda tokens: expected_batches(datamodule.phases, rates, tokens)
 
 
 def _drop_order(item: tuple[str, int]) -> int:
