@@ -16,6 +16,7 @@ import pytest
 import torch
 from hydra.errors import ConfigCompositionException
 
+import packlm.run_folder as run_folder
 import packlm.train.job as train_module
 from packlm.config import validate_config
 from packlm.data.config import DataConfig
@@ -340,14 +341,14 @@ def test_a_read_only_or_full_output_directory_fails_at_once_naming_it(
 ):
     """As root chmod does not stop writes, so the refusal is simulated at the first write."""
     target = tmp_path / ("out" if which == "run" else "cache")
-    real = train_module.tempfile.mkstemp
+    real = run_folder.tempfile.mkstemp
 
     def mkstemp(*args, dir=None, **kwargs):
         if Path(dir) == target:
             raise OSError(err, os.strerror(err), str(target))
         return real(*args, dir=dir, **kwargs)
 
-    monkeypatch.setattr(train_module.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(run_folder.tempfile, "mkstemp", mkstemp)
     cfg = compose_tiny(f"cache_dir={tmp_path / 'cache'}")
     with pytest.raises(OSError, match=message) as e:
         train(cfg, run_dir=tmp_path / "out")
