@@ -15,16 +15,16 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tensorboard.plugins.hparams import metadata as hparams_metadata
 
-from packlm.callbacks.token_axis import BY_TOKENS
-from packlm.callbacks.views.hparams import SHOWN
-from packlm.callbacks.views.render import new_figure, require_matplotlib
+if TYPE_CHECKING:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+# TensorBoard's reader and packlm's callbacks (Lightning, torch: seconds to import) are
+# imported where they are used, so `python -m packlm.compare --help` answers at once.
 
 SESSION_TAG = "_hparams_/session_start_info"
 FORMATS = {  # the summary columns and how they print
@@ -62,6 +62,10 @@ def _natural(path: Path) -> list[Any]:
 
 def read_run(run: Path) -> dict[str, Any]:
     """Settings, curves and summary numbers of one run."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from packlm.callbacks.token_axis import BY_TOKENS
+
     acc = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     by_tokens = EventAccumulator(str(run / "tb" / BY_TOKENS), size_guidance={"scalars": 0})
@@ -108,6 +112,8 @@ def read_run(run: Path) -> dict[str, Any]:
 
 def _hparams(acc: EventAccumulator) -> dict[str, str]:
     """The run's HParams row (`packlm.callbacks.HParams`) as text values."""
+    from tensorboard.plugins.hparams import metadata as hparams_metadata
+
     try:
         content = acc.PluginTagToContent("hparams").get(SESSION_TAG)
     except KeyError:  # no hparams plugin data in this run
@@ -141,6 +147,8 @@ def _overrides(run: Path) -> dict[str, str]:
 
 def varied(rows: list[dict[str, Any]]) -> list[str]:
     """Settings whose value is not the same in every run (all of them: none for one run)."""
+    from packlm.callbacks.views.hparams import SHOWN
+
     keys = {k for r in rows for k in r["settings"]}
     keys = sorted(keys, key=lambda k: (SHOWN.index(k) if k in SHOWN else len(SHOWN), k))
     return [k for k in keys if len({r["settings"].get(k, "-") for r in rows}) > 1]
@@ -180,6 +188,8 @@ def _cell(value: Any, column: str) -> str:
 
 def plot(rows: list[dict[str, Any]], out: Path) -> Path:
     """val/bpb against supervised tokens, one line per run, written atomically to `out`."""
+    from packlm.callbacks.views.render import new_figure, require_matplotlib
+
     require_matplotlib()
     fig = new_figure(8, 4.2)
     ax = fig.add_axes((0.1, 0.13, 0.58, 0.77))

@@ -5,6 +5,8 @@
    parent killed by SIGKILL.
 3. `exited` and `death_message`: a parent that waits on a queue checks its workers, and a
    dead one becomes `WorkerDied` naming the phase and the signal, never a hang.
+4. `leave_ctrl_c_to_the_parent`: a terminal's Ctrl-C reaches every process of its group; the
+   parent stops them all, so a worker ignores it (the DataLoader's workers too).
 """
 
 from __future__ import annotations
@@ -19,6 +21,13 @@ import time
 from multiprocessing.connection import wait
 
 PR_SET_PDEATHSIG = 1
+
+
+def leave_ctrl_c_to_the_parent(worker_id: int | None = None) -> None:
+    """Ignore SIGINT here: the parent's handler (inherited by a forked worker) would report
+    the Ctrl-C once per worker, and the parent ends its workers itself. A DataLoader's
+    `worker_init_fn` (hence the unused `worker_id`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def die_with_parent(parent: int) -> None:

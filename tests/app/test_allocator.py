@@ -1,5 +1,6 @@
-"""train.keep_freed_memory (off by default: it changes the whole process): a repeated training
-step takes no new pages from the OS; glibc's environment variables do the same from the shell."""
+"""train.keep_freed_memory (off by default: it changes the whole process): a repeated step's
+freed blocks take no new pages from the OS; glibc's environment variables do the same from
+the shell."""
 
 from __future__ import annotations
 
@@ -32,37 +33,6 @@ BLOCKS = textwrap.dedent(
         blocks = [np.ones(512 << 10, dtype=np.uint8) for _ in range(16)]
         del blocks
     step()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(10):
-        step()
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-    print(json.dumps({"kept": kept, "faults_per_step": faults / 10}))
-    """
-)
-
-# Ten float32 training steps of packlm's Transformer at nanoGPT's CPU shape (4 x 128, 12 rows
-# of 64 tokens, document masks) after two warm-up steps; prints the minor page faults a step.
-STEPS = textwrap.dedent(
-    """
-    import json, resource, sys
-    import torch
-    from packlm.model.config import ModelConfig
-    from packlm.model.transformer import Transformer
-    from packlm.train.allocator import keep_freed_memory
-    kept = keep_freed_memory() if sys.argv[1] == "keep" else None
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    config = ModelConfig(vocab_size=65, context_length=64, n_layer=4, n_head=4, n_embd=128)
-    model = Transformer(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randint(0, 65, (12, 64))
-    segments = (torch.arange(64) // 16).to(torch.int32).expand(12, 64)
-    def step():
-        logits = model(x, segments)
-        torch.nn.functional.cross_entropy(logits.view(-1, 65), x.view(-1)).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    step(); step()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(10):
         step()
@@ -106,15 +76,6 @@ def test_glibc_environment_variables_keep_freed_memory_as_the_key_does():
 def test_keep_freed_memory_is_off_unless_asked():
     """mallopt is process-wide (a notebook's, a test run's allocations too): opt-in only."""
     assert TrainConfig().keep_freed_memory is False
-
-
-@glibc_only
-def test_kept_freed_memory_a_repeated_training_step_faults_almost_no_new_page():
-    # glibc's defaults faulted 96-2,800 pages a step here (its dynamic threshold settles
-    # differently run to run); kept: 20-140, Python's own objects, never more than ~0.5 MB.
-    kept = _faults_per_step(STEPS, "keep")
-    assert kept["kept"] is True
-    assert kept["faults_per_step"] < 256, kept
 
 
 def test_not_glibc_sets_nothing_and_says_so(monkeypatch):

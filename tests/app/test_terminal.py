@@ -4,6 +4,7 @@ validating, the progress bar's total, Lightning's device lines, cache change lin
 from __future__ import annotations
 
 import ast
+import logging
 import os
 import subprocess
 import sys
@@ -75,6 +76,14 @@ def test_tool_help_shows_only_its_keys_without_torch(module):
     assert "powered by Hydra" not in text
     for group in ("callbacks=", "debug=", "logger="):  # train.py's groups are not theirs
         assert group not in text
+
+
+@pytest.mark.parametrize("module", ["packlm.compare", "packlm.cache"])
+def test_argparse_tools_answer_help_without_torch(module):
+    out, imported = _train_py("--help", module=module)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"usage: python -m {module}")
+    assert imported == [], f"{module} --help imported {imported}"
 
 
 def test_export_help_starts_with_its_own_keys():
@@ -170,3 +179,37 @@ def test_a_token_budget_run_shows_its_own_length(compose_tiny, tmp_path, capsys)
     out = capsys.readouterr().out
     assert f"trained {steps} steps" in out
     assert f"{steps}/{steps}" in out  # the bar's last line: full, not 16/56
+
+
+# --- Lightning's lines --------------------------------------------------------------------------
+
+
+def test_no_device_lines_on_a_cpu_and_the_summary_says_why_the_run_stopped(
+    compose_tiny, tmp_path, capsys
+):
+    """`GPU available: False` / `TPU available: False` and Lightning's "`Trainer.fit` stopped"
+    (printed into the progress bar's line) are configured off at their logger; the summary
+    names the limit that ended the run in the config's words."""
+    from packlm.train import train
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    source = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # rank_zero_info's
+    source.addHandler(handler)
+    try:
+        train(compose_tiny("trainer.max_steps=3"), run_dir=tmp_path / "run")
+    finally:
+        source.removeHandler(handler)
+    assert not [m for m in seen if "available: False" in m or "`Trainer.fit` stopped" in m]
+    out = capsys.readouterr().out
+    assert "trained 3 steps in" in out and "(trainer.max_steps=3 reached)" in out
+
+
+def test_a_token_budget_summary_names_the_budget(compose_tiny, tmp_path, capsys):
+    from packlm.train import train
+
+    cfg = compose_tiny("train.max_supervised_tokens=600", "trainer.max_steps=1000")
+    train(cfg, run_dir=tmp_path / "run")
+    out = capsys.readouterr().out
+    assert "(train.max_supervised_tokens=600 reached)" in out

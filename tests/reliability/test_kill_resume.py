@@ -263,3 +263,33 @@ def test_train_py_stops_cleanly_on_sigterm_and_ctrl_c(
     stop_step = checkpoint_step(run / "checkpoints" / "last.ckpt")
     assert stop_step >= 5  # no periodic checkpoint before: this one was written on the signal
     assert resume_and_compare(tiny_corpus, cache_dir, run, sub_reference, tmp_path) == stop_step
+
+
+def test_ctrl_c_in_a_terminal_is_reported_once_with_dataloader_workers(
+    tiny_corpus, cache_dir, tmp_path
+):
+    """A terminal's Ctrl-C reaches the whole process group: the DataLoader workers ignore it
+    (they inherited the training process's handler, and each printed the notice), the
+    training process stops after its step with a checkpoint, exit 130."""
+    run, prints = tmp_path / "run", tmp_path / "batches.txt"
+    args = sub_args(tiny_corpus, cache_dir, run, "data.num_workers=2", "trainer.max_steps=1000")
+    proc = subprocess.Popen(
+        train_command(*args),
+        cwd=tmp_path,
+        env=subprocess_env(**{ENV: str(prints)}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        wait_for_step(proc, prints, 2)
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGINT, output[-3000:]
+    assert output.count("received SIGINT") == 1, output[-3000:]
+    assert "Detected KeyboardInterrupt" not in output  # no second Ctrl-C was taken
+    assert checkpoint_step(run / "checkpoints" / "last.ckpt") >= 3

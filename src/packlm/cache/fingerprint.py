@@ -51,6 +51,8 @@ def describe_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
         elif isinstance(a, dict) and isinstance(b, dict):
             inner = describe_change(a, b)
             changes.append(inner)
+        elif key == "tokenizer" and _is_digest(a) and _is_digest(b):
+            changes.append(f"a different tokenizer (digest {a[:12]} -> {b[:12]})")
         else:
             changes.append(f"{key}: {_short(a)} -> {_short(b)}")
     return "; ".join(changes) if changes else "nothing (same fingerprint)"
@@ -77,6 +79,14 @@ def _source_changes(key: str, old: list[dict], new: list[dict]) -> list[str]:
     return changes
 
 
+def _is_digest(value: Any) -> bool:
+    return (
+        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    )
+
+
 def _short(value: Any) -> str:
+    if _is_digest(value):
+        return repr(value[:12])  # a sha256: its head names it, as git's short hashes do
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."

@@ -79,7 +79,7 @@ def get_tokenizer(
         reason = problem or describe_change(
             latest(root, f"*/{CACHE_FILE}", "fingerprint"), fingerprint
         )
-        log.info("training the tokenizer into %s: %s", dest, reason)
+        log.info("training the tokenizer (%s) into %s", reason, dest)
         tokenizer = _train(cfg, train_texts(), progress)
         tmp = temporary_sibling(dest)
         try:

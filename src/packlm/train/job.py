@@ -69,7 +69,8 @@ from packlm.train.report import (
     Ran,
     log_model_size,
     quiet_lightning_leaf_spec,
-    quiet_lightning_tips,
+    quiet_lightning_noise,
+    stop_reason,
     summary,
 )
 from packlm.train.resume_config import resume_config
@@ -116,7 +117,7 @@ def _fit(
     """The run itself, in its locked folder: data, model, fit, the final validation."""
     if config.train.keep_freed_memory:
         keep_freed_memory()
-    quiet_lightning_tips()
+    quiet_lightning_noise()
     quiet_lightning_leaf_spec()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
@@ -245,6 +246,7 @@ def _fit(
             module.supervised_tokens_seen - first_tokens,
             seconds,
             trainer.global_step,
+            stop_reason(trainer, config.train.max_supervised_tokens),
         )
         print(summary(metrics, ran, last.path, run_dir, validates, vocab_note))
     return metrics

@@ -9,22 +9,44 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.callbacks import Timer
 
 log = logging.getLogger(__name__)
 
 
-class _NoTips(logging.Filter):
-    """Lightning's advertisement for its cloud logger is not about this run."""
+NOISE = (
+    "💡 Tip:",  # an advertisement for Lightning's cloud logger, not about this run
+    "GPU available: False",  # said on every CPU run; a GPU that is there is still reported
+    "TPU available: False",
+    "HPU available: False",
+    "`Trainer.fit` stopped:",  # printed into the progress bar's line; the summary says why
+)
+"""Lines of Lightning's `rank_zero_info` that tell a packlm user nothing (message prefixes)."""
 
+
+class _QuietLightning(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return "💡 Tip:" not in record.getMessage()
+        return not record.getMessage().startswith(NOISE)
 
 
-def quiet_lightning_tips() -> None:
-    """Configure the tip off at its source: the logger Lightning's rank_zero_info writes to."""
+def quiet_lightning_noise() -> None:
+    """Configure `NOISE` off at its source: the logger Lightning's rank_zero_info writes to."""
     source = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    if not any(isinstance(f, _NoTips) for f in source.filters):
-        source.addFilter(_NoTips())
+    if not any(isinstance(f, _QuietLightning) for f in source.filters):
+        source.addFilter(_QuietLightning())
+
+
+def stop_reason(trainer: L.Trainer, budget: int | None) -> str:
+    """Why fit ended, in the config's words (Lightning's own line is in `NOISE`)."""
+    if budget and trainer.lightning_module.supervised_tokens_seen >= budget:
+        return f"train.max_supervised_tokens={budget} reached"
+    if trainer.max_steps >= 0 and trainer.global_step >= trainer.max_steps:
+        return f"trainer.max_steps={trainer.max_steps} reached"
+    if any(isinstance(c, Timer) and c.time_remaining() <= 0 for c in trainer.callbacks):
+        return "trainer.max_time reached"
+    if trainer.max_epochs is not None and trainer.current_epoch >= trainer.max_epochs:
+        return f"trainer.max_epochs={trainer.max_epochs} reached"
+    return "a callback stopped it"
 
 
 LEAF_SPEC_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
@@ -59,6 +81,8 @@ class Ran:
     tokens: int
     seconds: float
     final_step: int
+    why: str = ""
+    """What ended it (`stop_reason`)."""
 
 
 def summary(
@@ -72,7 +96,9 @@ def summary(
     """The last lines of a run: time, steps, tokens, the final validation, where things are."""
     if ran.steps > 0:
         lines = [
-            f"trained {ran.steps} steps in {ran.seconds:.0f} s: {ran.tokens:,.0f} supervised "
+            f"trained {ran.steps} steps in {ran.seconds:.0f} s"
+            + (f" ({ran.why})" if ran.why else "")
+            + f": {ran.tokens:,.0f} supervised "
             f"tokens ({ran.tokens / max(ran.seconds, 1e-9):,.0f} tokens/s)",
         ]
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -89,8 +90,15 @@ def test_a_changed_tokenizer_option_retrains_and_rebuilds(corpus, tmp_path, capl
     caplog.clear()
     second = prepare(corpus, tmp_path / "cache", TokenizerConfig(vocab_size=VOCAB + 20))
     tokenizer_line, store_line = built(caplog)
-    assert f"tokenizer.vocab_size: {VOCAB} -> {VOCAB + 20}" in tokenizer_line
-    assert "tokenizer: " in store_line
+    assert tokenizer_line.startswith(
+        f"training the tokenizer (tokenizer.vocab_size: {VOCAB} -> {VOCAB + 20}) into "
+    )
+    # The store line says what changed in words first; digests come short, the path last.
+    old, new = first.tokenizer.digest()[:12], second.tokenizer.digest()[:12]
+    assert store_line.startswith(
+        f"building token stores (a different tokenizer (digest {old} -> {new})) in "
+    )
+    assert not re.search(r"[0-9a-f]{64}", store_line.split(" in ")[0])
     assert decoded(second, "train") == decoded(first, "train")
     # Both configurations stay cached side by side (a sweep does not thrash the cache).
     prepare(corpus, tmp_path / "cache")

@@ -24,6 +24,7 @@ from packlm.data.epoch.curriculum import Position
 from packlm.data.epoch.sampler import BatchPieces, PlanSampler
 from packlm.data.store.token_store import TokenStore
 from packlm.errors import ConfigError
+from packlm.workers import leave_ctrl_c_to_the_parent
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,7 @@ class PlanDataLoader(DataLoader):
                 "use_distributed_sampler=False"
             )
         kwargs.setdefault("persistent_workers", num_workers > 0)
+        kwargs.setdefault("worker_init_fn", leave_ctrl_c_to_the_parent)
         super().__init__(
             dataset,
             sampler=sampler,

@@ -39,7 +39,12 @@ from packlm.tokenizer.pretokenize import (
     piece_spans,
     split_pretoken,
 )
-from packlm.workers import WorkerDied, death_message, die_with_parent
+from packlm.workers import (
+    WorkerDied,
+    death_message,
+    die_with_parent,
+    leave_ctrl_c_to_the_parent,
+)
 
 PHASE = "encoding the token store"
 
@@ -60,7 +65,7 @@ def _init(tokenizer: Any, eos_id: int, dtype: str, parent: int | None = None) ->
     global _tokenizer, _eos_id, _dtype
     if parent is not None:  # a worker process
         die_with_parent(parent)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        leave_ctrl_c_to_the_parent()
     _tokenizer, _eos_id, _dtype = tokenizer, eos_id, np.dtype(dtype)
 
 

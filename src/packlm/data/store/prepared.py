@@ -108,9 +108,9 @@ def prepare_stores(
             if stores is None:
                 previous = latest(root, f"*/train/{MANIFEST_FILE}", "fingerprint")
                 log.info(
-                    "building token stores in %s: %s",
-                    dest,
+                    "building token stores (%s) in %s",
                     problem or describe_change(previous, fingerprint),
+                    dest,
                 )
                 workers = _workers(num_workers, corpus.total_bytes)
                 stores = build_stores(corpus, tok, header, dest, workers, progress)

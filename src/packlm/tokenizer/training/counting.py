@@ -17,7 +17,6 @@ import logging
 import multiprocessing
 import os
 import queue
-import signal
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
@@ -34,7 +33,14 @@ from packlm.tokenizer.pretokenize import (
     split_special,
     stream_cut,
 )
-from packlm.workers import WorkerDied, death_message, die_with_parent, exited, start_context
+from packlm.workers import (
+    WorkerDied,
+    death_message,
+    die_with_parent,
+    exited,
+    leave_ctrl_c_to_the_parent,
+    start_context,
+)
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +138,7 @@ PHASE = "pre-tokenizing (tokenizer training)"
 
 def _worker(pattern: str, special_tokens: list[str], tasks, results, parent: int) -> None:
     die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    leave_ctrl_c_to_the_parent()
     try:
         compiled, specials = regex.compile(pattern), special_regex(special_tokens)
         counts: Counter[str] = Counter()
