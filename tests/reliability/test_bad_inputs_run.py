@@ -56,6 +56,19 @@ def test_a_bad_setting_fails_before_the_tokenizer_or_the_store_is_built(compose_
     assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("accelerator", ["cpu", "auto"])
+def test_fsdp_without_a_gpu_is_refused_before_any_work(compose_tiny, tmp_path, accelerator):
+    if accelerator == "auto" and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: FSDP is allowed")
+    cfg = compose_tiny(
+        "trainer.strategy=fsdp", f"trainer.accelerator={accelerator}", "trainer.devices=2",
+        f"cache_dir={tmp_path / 'cache'}",
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=r"trainer\.strategy=fsdp: Lightning's FSDP needs CUDA"):
+        train(cfg, run_dir=tmp_path / "run")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
+
+
 class PoisonAfter(L.Callback):
     """Sets one weight to NaN after optimizer step `step` (after that step's checkpoint)."""
 

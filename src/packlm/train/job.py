@@ -13,9 +13,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import hydra
 import lightning as L
+import torch
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
@@ -91,6 +93,7 @@ def train(
     `TrainingStopped` (`main` turns it into exit code 128 + the signal number).
     """
     config = validate_config(cfg)  # every key checked before any work starts
+    _check_strategy_fits_the_machine(config.trainer.strategy, config.trainer.accelerator)
     checkpoint = init = None
     if cfg.ckpt_path:  # resume: keep writing into the run the checkpoint belongs to
         run_dir = run_dir_of(Path(cfg.ckpt_path))
@@ -250,6 +253,21 @@ def _fit(
         )
         print(summary(metrics, ran, last.path, run_dir, validates, vocab_note))
     return metrics
+
+
+def _check_strategy_fits_the_machine(strategy: Any, accelerator: Any) -> None:
+    """Lightning refuses FSDP without a GPU, but only once the Trainer is built (after the
+    store): said here, before any work, in the config's words."""
+    if not (isinstance(strategy, str) and strategy.startswith("fsdp")):
+        return
+    gpu = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    if not gpu:
+        where = "no CUDA GPU here" if accelerator in ("auto", "gpu", "cuda") else "a CPU run"
+        raise ConfigError(
+            f"trainer.strategy={strategy}: Lightning's FSDP needs CUDA GPUs, and "
+            f"trainer.accelerator={accelerator} is {where}; on CPUs use trainer.strategy=ddp "
+            "(gloo), e.g. trainer.accelerator=cpu trainer.devices=2"
+        )
 
 
 def _model_vocab(config: Validated, tokenizer_vocab: int) -> int:
