@@ -6,6 +6,11 @@ their domain says otherwise, and has no "null". So the experiment is declared he
 the data choices a sweep varies are the 5 shown, and its first columns, every value has a typed domain, null is
 written as the string "none", and the metric columns are val/loss, val/bpb and the
 supervised tokens seen (read from the run's own scalars: no placeholder values).
+
+Integers stay numbers, though TensorBoard's table prints every number with five significant
+digits (`16.000`: its frontend's `toPrecision(5)`, tensorboard 2.20): written as text they
+would read `16` but sort `128` before `16` and lose their axis in the parallel-coordinates
+view. `python -m packlm.compare` prints them as integers.
 """
 
 from __future__ import annotations
