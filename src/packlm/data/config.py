@@ -199,7 +199,7 @@ def parse_shard(value: Any) -> tuple[int, int] | None:
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", value) if isinstance(value, str) else None
     if match is None or not int(match[1]) < int(match[2]):
         raise ConfigError(
-            f"data.shard={value!r}: expected \"i/N\", shard i of N with 0 <= i < N (e.g. 0/4)"
+            f'data.shard={value!r}: expected "i/N", shard i of N with 0 <= i < N (e.g. 0/4)'
         )
     return int(match[1]), int(match[2])
 

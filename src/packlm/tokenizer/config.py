@@ -20,9 +20,9 @@ class TokenizerConfig(ConfigGroup):
     pattern: str = "gpt2"
     """Pre-tokenization regex: "gpt2", "cl100k", or a regex string."""
     sample_bytes: int | None = None
-    """Train on the first this many UTF-8 bytes of the training split's texts (the document
-    reaching it cut there; logged: bytes used of bytes read); null: all of it. Part of the
-    tokenizer's cache key."""
+    """Train on the first this many UTF-8 bytes of the training split's texts, in reading
+    order (the document reaching it cut there; the log says the bytes and documents used, of
+    the split's estimated size); null: all of it. Part of the tokenizer's cache key."""
     path: str | None = None
     """Load the tokenizer from here instead of training one: a packlm tokenizer directory, a folder
     with GPT-2 style vocab.json + merges.txt, a Hugging Face tokenizer.json (or its folder), or a

@@ -78,11 +78,12 @@ class FirstBytes:
                 return
 
     def describe(self, available: int | None) -> str:
-        of = "" if available is None else f" of about {available:,} (the training files' size)"
+        of = "" if available is None else f" of about {available:,} (the training split's size)"
         cut = ", the last one cut" if self.cut else ""
+        docs = f"{self.documents:,} document{'s' if self.documents != 1 else ''}"
         return (
             f"tokenizer.sample_bytes={self.limit:,}: trained on the first {self.used:,} bytes"
-            f"{of}, {self.documents:,} documents{cut}"
+            f"{of}, {docs}{cut}"
         )
 
 

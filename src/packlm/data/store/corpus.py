@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from packlm.data.config import DataConfig
+from packlm.data.store.shards import file_shards
 from packlm.data.store.sources import (
     ReadCounts,
     ReadOptions,
@@ -22,7 +23,6 @@ from packlm.data.store.sources import (
     iter_documents,
     resolve_sources,
 )
-from packlm.data.store.shards import file_shards
 from packlm.data.store.split import HASH, content_hash, is_validation
 from packlm.errors import ConfigError
 
@@ -57,18 +57,18 @@ class Corpus:
             data.val_fraction,
         )
 
-    def of_shard(self, i: int, n: int) -> Corpus:
+    def of_shard(self, i: int, n: int, key: str | None = None) -> Corpus:
         """Shard i of n (`packlm.data.store.shards`): each source keeps its files of the shard
         (and its special-file count in the shard of its first file). The hash split sends each
-        document where one store would; explicit data.val_sources all go to shard 0."""
+        document where one store would; explicit data.val_sources all go to shard 0.
+        `key`: the config key named when there are fewer files than shards."""
         sizes = np.array([size for s in self.sources for _, size, _ in s.stats], dtype=np.int64)
-        owner = file_shards(sizes, n)  # [files]
-        if not (owner == i).any():
+        if len(sizes) < n:
             raise ConfigError(
-                f"data.shard={i}/{n}: no file falls in this shard (the sources have "
-                f"{len(sizes)} files, and a shard is a run of whole files); use at most "
-                f"{len(sizes)} shards"
+                f"{key or f'data.shard={i}/{n}'}: the sources have {len(sizes)} files, fewer "
+                f"than {n} shards (a shard is a run of whole files); use at most {len(sizes)}"
             )
+        owner = file_shards(sizes, n)  # [files], every shard has one at least
         mine, others, first = [], [], 0
         for source in self.sources:
             own = owner[first : first + len(source.files)]
@@ -155,4 +155,6 @@ def _files_of(source: Source, keep: np.ndarray, specials: bool) -> Source:
     """The source with only the files where `keep`; its special files counted if `specials`."""
     files = [f for f, k in zip(source.files, keep, strict=True) if k]
     stats = [st for st, k in zip(source.stats, keep, strict=True) if k]
-    return replace(source, files=files, stats=stats, special_files=source.special_files if specials else 0)
+    return replace(
+        source, files=files, stats=stats, special_files=source.special_files if specials else 0
+    )

@@ -94,7 +94,8 @@ def prepare_stores(
     if shard is not None:
         parts = [corpus.of_shard(*shard)]
     elif data.shards is not None:
-        parts = [corpus.of_shard(i, data.shards) for i in range(data.shards)]
+        key = f"data.shards={data.shards}"
+        parts = [corpus.of_shard(i, data.shards, key) for i in range(data.shards)]
     else:
         parts = [corpus]  # every shard has files (checked above) before the tokenizer's work
     # One tokenizer for every shard: trained on the whole corpus's training split, under its
@@ -132,7 +133,7 @@ def prepare_stores(
         stores.append(_open_or_build(part, tok, header, dest, workers, progress))
     if missing:
         raise StoreError(_missing_shards(data, missing, cache_dir))
-    for train, val in stores:
+    for train, _ in stores:
         hold(train.path.parent)  # for this process's life: `python -m packlm.cache` refuses it
     if len(stores) == 1:
         train, val = stores[0]

@@ -84,7 +84,10 @@ class StoreUnion(TokenStore):
         bases = self.tokens.starts  # [n_parts + 1] first global token of each shard
         self.doc_offsets = np.concatenate(
             [np.zeros(1, np.int64)]
-            + [np.asarray(p.doc_offsets[1:], np.int64) + b for p, b in zip(parts, bases[:-1], strict=True)]
+            + [
+                np.asarray(p.doc_offsets[1:], np.int64) + b
+                for p, b in zip(parts, bases[:-1], strict=True)
+            ]
         )  # int64 [n_docs + 1]
         self.doc_sources = np.concatenate([np.asarray(p.doc_sources, np.int32) for p in parts])
         self._doc_bases = np.cumsum([0] + [p.n_docs for p in parts])  # [n_parts + 1]
