@@ -137,6 +137,14 @@ def get_tokenizer(
     return tokenizer, dest
 
 
+def tokenizer_cached(cfg: TokenizerConfig, training_documents: dict[str, Any], cache_dir) -> bool:
+    """Is the tokenizer there without training (given by a path, or trained and cached)?"""
+    if cfg.path is not None:
+        return True
+    dest = Path(cache_dir) / TOKENIZERS_DIR / digest(cache_fingerprint(cfg, training_documents))
+    return (dest / CACHE_FILE).is_file()
+
+
 def load_path(
     path: str | Path,
     key: str = "tokenizer.path",

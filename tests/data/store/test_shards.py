@@ -111,7 +111,11 @@ def test_the_epoch_plans_and_batches_of_four_shards_are_one_stores(stores, keys)
             assert np.array_equal(np.asarray(x[k]), np.asarray(y[k])), k
 
 
-def test_a_missing_shard_is_named_with_the_command_that_builds_it(corpus, tmp_path):
+def test_a_missing_shard_is_named_with_the_command_that_builds_it(corpus, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    with pytest.raises(StoreError, match=r"0/3 \(not built: no tokenizer yet\); 1/3"):
+        prepare(config(corpus, shards=3), tmp_path)  # a reader never trains the tokenizer
+    assert not any("training" in r.getMessage() for r in caplog.records)
     prepare(config(corpus, shard="0/3"), tmp_path)
     prepare(config(corpus, shard="2/3"), tmp_path)
     with pytest.raises(StoreError, match=r"data\.shards=3: 1 of the shard stores") as e:

@@ -27,7 +27,7 @@ from packlm.data.store.union import StoreUnion, open_store
 from packlm.data.store.verify import verify_checksums
 from packlm.errors import ConfigError
 from packlm.tokenizer.config import TokenizerConfig
-from packlm.tokenizer.obtain import get_tokenizer
+from packlm.tokenizer.obtain import get_tokenizer, tokenizer_cached
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,11 @@ def prepare_stores(
         parts = [corpus.of_shard(i, data.shards, key) for i in range(data.shards)]
     else:
         parts = [corpus]  # every shard has files (checked above) before the tokenizer's work
+    read_only = shard is None and data.shards is not None and not build_shards
+    if read_only and not tokenizer_cached(tokenizer, corpus.fingerprint(True), cache_dir):
+        # no shard can have been built: say so now, not after training a tokenizer
+        missing = [f"{i}/{data.shards} (not built: no tokenizer yet)" for i in range(data.shards)]
+        raise StoreError(_missing_shards(data, missing, cache_dir))
     # One tokenizer for every shard: trained on the whole corpus's training split, under its
     # lock, by the first process to need it (the others wait and load it).
     tok, tok_dir = get_tokenizer(
@@ -111,7 +116,6 @@ def prepare_stores(
         hold(tok_dir)
     eos_id = _special_id(tok, tok_dir, tokenizer, tokenizer.special_tokens[0])
     pad_id = _special_id(tok, tok_dir, tokenizer, PAD_TOKEN)
-    read_only = shard is None and data.shards is not None and not build_shards
     stores: list[tuple[TokenStore, TokenStore] | None] = []
     missing: list[str] = []
     for part in parts:
