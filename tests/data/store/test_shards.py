@@ -7,6 +7,9 @@ tokens, sources and ids, so the same epoch plans and the same batches.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +24,7 @@ from packlm.data.store.union import ConcatTokens
 from packlm.errors import ConfigError
 from packlm.tokenizer.config import TokenizerConfig
 
+SRC = Path(__file__).resolve().parents[3] / "src"
 TOKENIZER = TokenizerConfig(vocab_size=300)
 PLAN_ARRAYS = ("order", "anchors", "seq_first", "offsets", "window_cum", "sample_order")
 
@@ -111,6 +115,21 @@ def test_the_epoch_plans_and_batches_of_four_shards_are_one_stores(stores, keys)
             assert np.array_equal(np.asarray(x[k]), np.asarray(y[k])), k
 
 
+@pytest.mark.parametrize("fmt", ["nanogpt", "megatron"])
+def test_exports_of_four_shards_are_one_stores_files(stores, tmp_path, fmt):
+    from packlm.export.megatron import export_megatron
+    from packlm.export.nanogpt import export_nanogpt
+
+    export = {"nanogpt": export_nanogpt, "megatron": export_megatron}[fmt]
+    files = {}
+    for name, prepared in zip(("one", "shards"), stores[:2], strict=True):
+        out = tmp_path / name
+        out.mkdir()
+        export({s: prepared.open(s) for s in ("train", "val")}, prepared.tokenizer, out)
+        files[name] = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+    assert files["one"] == files["shards"] and len(files["one"]) >= 2
+
+
 def test_a_missing_shard_is_named_with_the_command_that_builds_it(corpus, tmp_path, caplog):
     caplog.set_level(logging.INFO)
     with pytest.raises(StoreError, match=r"0/3 \(not built: no tokenizer yet\); 1/3"):
@@ -198,3 +217,29 @@ def test_sample_bytes_trains_on_a_logged_prefix_and_keys_the_cache(corpus, tmp_p
     assert everything.tokenizer.digest() == full.tokenizer.digest()
     with pytest.raises(ConfigError, match=r"^tokenizer\.sample_bytes=0: must be a positive"):
         TokenizerConfig(sample_bytes=0).validate()
+
+
+def test_shards_built_by_two_processes_at_once_share_one_tokenizer(corpus, tmp_path):
+    """As a multirun on two machines sharing cache_dir: the tokenizer is trained once (the
+    other process waits on its lock and loads it), and the two shards read as one store."""
+    cache = tmp_path / "cache"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+    }
+    args = [sys.executable, "-m", "packlm.prepare", f"data.sources=[{corpus}/*.txt]",
+            "data.val_fraction=0.2", "tokenizer.vocab_size=300", f"cache_dir={cache}"]  # fmt: skip
+    procs = [
+        subprocess.Popen([*args, f"data.shard={i}/2"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        for i in range(2)
+    ]  # fmt: skip
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    assert sum(e.count("training the tokenizer") for e in errs) == 1, errs
+    shards = prepare(config(corpus, shards=2), cache)
+    one = prepare(config(corpus), cache)
+    for split in ("train", "val"):
+        a, b = one.open(split), shards.open(split)
+        np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
+        np.testing.assert_array_equal(a.doc_offsets, b.doc_offsets)
