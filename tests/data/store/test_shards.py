@@ -145,6 +145,11 @@ def test_a_missing_shard_is_named_with_the_command_that_builds_it(corpus, tmp_pa
     built = prepare(config(corpus, shards=3), tmp_path, build_shards=True)
     assert len(built.train_dir) == 3
     assert built.open("train").n_docs + built.open("val").n_docs == 60
+    damaged = built.train_dir[2] / "tokens.bin"
+    damaged.write_bytes(bytes(damaged.stat().st_size))  # same size, other content
+    with pytest.raises(StoreError, match=r"2/3 \(the cached store is damaged \(") as e:
+        prepare(config(corpus, shards=3), tmp_path)
+    assert "rebuilding" not in str(e.value) and "data.shard=2/3`" in str(e.value)
 
 
 @pytest.mark.parametrize(

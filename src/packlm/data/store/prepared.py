@@ -12,6 +12,7 @@ listing now: a store from a file that changed while it was read is never reused.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,8 @@ def prepare_stores(
         key = f"data.shards={data.shards}"
         parts = [corpus.of_shard(i, data.shards, key) for i in range(data.shards)]
     else:
-        parts = [corpus]  # every shard has files (checked above) before the tokenizer's work
+        parts = [corpus]
+    # (each shard has files: checked before the tokenizer's work)
     read_only = shard is None and data.shards is not None and not build_shards
     if read_only and not tokenizer_cached(tokenizer, corpus.fingerprint(True), cache_dir):
         # no shard can have been built: say so now, not after training a tokenizer
@@ -128,8 +130,9 @@ def prepare_stores(
         dest = cache_dir / STORES_DIR / digest(fingerprint)
         if read_only:  # data.shards: the shards are built by data.shard=i/N
             found, problem = _open_cached(dest, fingerprint)
-            if found is None:
-                missing.append(f"{part.shard[0]}/{part.shard[1]} ({problem or 'not built'})")
+            if found is None:  # a reader rebuilds nothing: the problem without "rebuilding"
+                why = re.sub(r",? rebuilding", "", problem) if problem else "not built"
+                missing.append(f"{part.shard[0]}/{part.shard[1]} ({why})")
             stores.append(found)
             continue
         header = StoreHeader(fingerprint, eos_id, pad_id)
