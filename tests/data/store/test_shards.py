@@ -72,6 +72,15 @@ def test_four_shards_hold_the_documents_and_tokens_of_one_store(stores, split):
     assert a.manifest["counts"]["dropped"] == b.manifest["counts"]["dropped"]
 
 
+def test_the_cache_listing_names_each_shard(stores):
+    from packlm.cache.inventory import entries
+
+    built = [e.built_from for e in entries(stores[2]) if e.kind == "store"]
+    shards = sorted(b.rsplit(", ", 1)[-1] for b in built if "shard" in b)
+    assert shards == ["shard 0/4", "shard 1/4", "shard 2/4", "shard 3/4"]
+    assert len(built) == 5  # and the one store
+
+
 def test_concatenated_tokens_read_like_one_array():
     parts = [np.arange(0, 5), np.zeros(0, np.int64), np.arange(5, 9), np.arange(9, 12)]
     view, whole = ConcatTokens(parts), np.arange(12)
