@@ -20,7 +20,7 @@ from packlm.data.config import DataConfig
 from packlm.data.store.prepared import prepare_stores
 from packlm.data.store.shards import file_shards
 from packlm.data.store.token_store import StoreError
-from packlm.data.store.union import ConcatTokens
+from packlm.data.store.union import ConcatArray
 from packlm.errors import ConfigError
 from packlm.tokenizer.config import TokenizerConfig
 
@@ -81,9 +81,9 @@ def test_the_cache_listing_names_each_shard(stores):
     assert len(built) == 5  # and the one store
 
 
-def test_concatenated_tokens_read_like_one_array():
+def test_concatenated_arrays_read_like_one_array():
     parts = [np.arange(0, 5), np.zeros(0, np.int64), np.arange(5, 9), np.arange(9, 12)]
-    view, whole = ConcatTokens(parts), np.arange(12)
+    view, whole = ConcatArray(parts), np.arange(12)
     index = np.array([[0, 4, 5], [8, 9, 11]])
     np.testing.assert_array_equal(view[index], whole[index])
     for s in (slice(2, 4), slice(3, 10), slice(0, 12, 3), slice(7, 7), slice(-3, None)):
@@ -91,6 +91,8 @@ def test_concatenated_tokens_read_like_one_array():
     assert view[5] == 5 and view[-1] == 11 and len(view) == 12
     with pytest.raises(IndexError):
         view[np.array([12])]
+    shifted = ConcatArray([np.arange(3), np.arange(2)], shifts=[0, 10])  # offsets of two shards
+    assert np.asarray(shifted).tolist() == [0, 1, 2, 10, 11] and shifted[1:4].tolist() == [1, 2, 10]
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,9 @@ same token offsets as one store of the whole corpus, so every plan is the same p
 
 Shard stores (`packlm.data.store.shards`) hold contiguous runs of the corpus's files, so
 concatenating them in shard order is the one store. `StoreUnion` is that concatenation
-as a view: the shards' own memmaps behind `ConcatTokens`, and the per-document arrays
-(offsets shifted to global token positions, sources) concatenated in memory, 12 bytes a
-document, as one store's are read. No token is copied.
+as a view: the shards' own memmaps behind `ConcatArray`s (tokens, document offsets
+shifted to global token positions, document sources), so opening it in every DataLoader
+worker costs what opening one store does. No token is copied.
 """
 
 from __future__ import annotations
@@ -31,40 +31,45 @@ def open_store(where: str | os.PathLike | Sequence[str | os.PathLike]) -> TokenS
     return StoreUnion.open(where)
 
 
-class ConcatTokens:
-    """Token memmaps as one read-only 1-D array: int, slice and int-array reads."""
+class ConcatArray:
+    """1-D arrays (memmaps) as one read-only array, part k's values + `shifts[k]`: int, slice
+    and int-array reads; `np.asarray` concatenates (a copy)."""
 
-    def __init__(self, parts: list[np.ndarray]):
+    def __init__(self, parts: list[np.ndarray], shifts: Sequence[int] | None = None):
         self.parts = parts
+        self.shifts = None if shifts is None else np.asarray(shifts, dtype=np.int64)
         self.starts = np.cumsum([0] + [len(p) for p in parts], dtype=np.int64)  # [n_parts + 1]
-        self.dtype = parts[0].dtype
+        self.dtype = parts[0].dtype if self.shifts is None else np.dtype(np.int64)
         self.shape = (int(self.starts[-1]),)
 
     def __len__(self) -> int:
         return self.shape[0]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = np.concatenate(self.parts)  # a copy: for the exports that want one array
+        out = self[:] if len(self) else np.zeros(0, self.dtype)
         return out if dtype is None else out.astype(dtype)
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
             k = self._part_of(np.array([start]))[0] if start < stop else 0
-            if step == 1 and start < stop and stop <= self.starts[k + 1]:
-                return self.parts[k][start - self.starts[k] : stop - self.starts[k]]  # a view
+            one_part = step == 1 and start < stop and stop <= self.starts[k + 1]
+            if one_part and self.shifts is None:  # a view
+                return self.parts[k][start - self.starts[k] : stop - self.starts[k]]
             index = np.arange(start, stop, step)
         where = np.asarray(index, dtype=np.int64)
         if where.ndim == 0:
             return self[where.reshape(1)][0]
         where = np.where(where < 0, where + len(self), where)
         if where.size and (where.min() < 0 or where.max() >= len(self)):
-            raise IndexError(f"token index out of range for {len(self)} tokens")
+            raise IndexError(f"index out of range for {len(self)} values")
         out = np.empty(where.shape, dtype=self.dtype)
         part = self._part_of(where)
         for k in np.unique(part):
             mask = part == k
             out[mask] = self.parts[k][where[mask] - self.starts[k]]
+            if self.shifts is not None:
+                out[mask] += self.shifts[k]
         return out
 
     def _part_of(self, where: np.ndarray) -> np.ndarray:
@@ -80,16 +85,13 @@ class StoreUnion(TokenStore):
         self.parts = parts
         self.path = tuple(p.path for p in parts)  # type: ignore[assignment]
         self.manifest = union_manifest([p.manifest for p in parts])
-        self.tokens = ConcatTokens([p.tokens for p in parts])  # type: ignore[assignment]
-        bases = self.tokens.starts  # [n_parts + 1] first global token of each shard
-        self.doc_offsets = np.concatenate(
-            [np.zeros(1, np.int64)]
-            + [
-                np.asarray(p.doc_offsets[1:], np.int64) + b
-                for p, b in zip(parts, bases[:-1], strict=True)
-            ]
-        )  # int64 [n_docs + 1]
-        self.doc_sources = np.concatenate([np.asarray(p.doc_sources, np.int32) for p in parts])
+        self.tokens = ConcatArray([p.tokens for p in parts])  # type: ignore[assignment]
+        bases = self.tokens.starts  # [n_parts + 1] first global token of each shard, then all
+        # int64 [n_docs + 1]: each shard's document starts at global positions, then the end
+        self.doc_offsets = ConcatArray(  # type: ignore[assignment]
+            [p.doc_offsets[:-1] for p in parts] + [np.zeros(1, np.int64)], bases
+        )
+        self.doc_sources = ConcatArray([p.doc_sources for p in parts])  # type: ignore[assignment]
         self._doc_bases = np.cumsum([0] + [p.n_docs for p in parts])  # [n_parts + 1]
         self._doc_ids = None
 
