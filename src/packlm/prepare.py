@@ -6,6 +6,10 @@ as JSON on stdout, logs, progress bars and a summary table on stderr. The summar
 split, documents, tokens, UTF-8 bytes read and bytes stored (what the stored tokens decode
 to, EOS excluded, counted again from disk) and what reading skipped; read and stored must
 agree, else the command fails.
+
+In shards: `data.shard=i/N` builds shard i alone (run the N of them anywhere that shares
+cache_dir, e.g. `-m data.shard=0/4,1/4,2/4,3/4` through any Hydra launcher);
+`data.shards=N` builds the missing shards in turn and reports the N as one corpus.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -51,13 +56,13 @@ def _prepare(cfg: DictConfig) -> None:
     with one_line_errors(ConfigError, SourceError, StoreError, OSError):
         data = DataConfig.from_mapping(cfg.data)
         tokenizer = TokenizerConfig.from_mapping(cfg.tokenizer)
-        prepared = prepare_stores(data, tokenizer, cfg.cache_dir, progress=True)
+        prepared = prepare_stores(data, tokenizer, cfg.cache_dir, progress=True, build_shards=True)
         rows = summary(prepared, progress=True)
         sys.stderr.write(format_summary(rows))
         report = {
             "tokenizer": str(prepared.tokenizer_dir),
-            "train": {"path": str(prepared.train_dir), **prepared.train_manifest},
-            "val": {"path": str(prepared.val_dir), **prepared.val_manifest},
+            "train": {"path": _paths(prepared.train_dir), **prepared.train_manifest},
+            "val": {"path": _paths(prepared.val_dir), **prepared.val_manifest},
             "summary": rows,
         }
         json.dump(report, sys.stdout, indent=2, sort_keys=True)
@@ -67,6 +72,11 @@ def _prepare(cfg: DictConfig) -> None:
             raise StoreError(
                 f"{bad}: the bytes stored differ from the bytes read (see the summary)"
             )
+
+
+def _paths(where: Path | tuple[Path, ...]) -> str | list[str]:
+    """A store's directory, or with data.shards its shards' directories."""
+    return [str(p) for p in where] if isinstance(where, tuple) else str(where)
 
 
 def summary(prepared: PreparedData, progress: bool = False) -> dict[str, dict[str, Any]]:
@@ -85,8 +95,9 @@ def summary(prepared: PreparedData, progress: bool = False) -> dict[str, dict[st
                 "documents": store.n_docs,
                 "tokens": store.n_tokens,
                 "bytes_read": counts["bytes"],
-                "bytes_stored": decoded_bytes(
-                    store.path / TOKENS_FILE, store.tokens.dtype, lengths, bar.update
+                "bytes_stored": sum(
+                    decoded_bytes(part.path / TOKENS_FILE, part.tokens.dtype, lengths, bar.update)
+                    for part in getattr(store, "parts", [store])  # data.shards: each shard's
                 ),
                 "dropped": counts.get("dropped", {}),
                 "cuts_inside_pretokens": counts.get("cuts_inside_pretokens", 0),

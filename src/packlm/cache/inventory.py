@@ -84,6 +84,9 @@ def _stores(root: Path) -> Iterator[Entry]:
         built = f"{_names(names)}, vocab {manifest.get('vocab_size', '?')}"
         if tokens is not None:
             built += f", {tokens:,} training tokens"
+        shard = (manifest.get("fingerprint") or {}).get("data.shard")
+        if shard is not None:
+            built += f", shard {shard}"
         yield _entry("store", path, built if manifest else "no readable manifest")
 
 

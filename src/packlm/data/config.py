@@ -53,6 +53,16 @@ class DataConfig(ConfigGroup):
     normalize_newlines: bool = True
     """CRLF and lone CR become LF before a file is split on the separator (the files changed
     are counted in the manifest); false: the bytes as they are."""
+    shard: str | None = None
+    """Prepare only shard "i/N" (0 <= i < N): the i-th of N contiguous runs of the sources'
+    files, balanced by bytes, a cache entry of its own, so N processes or machines sharing
+    cache_dir build the shards at once (python -m packlm.prepare -m data.shard=0/4,1/4,...);
+    the tokenizer is trained once, on the whole corpus, by the first shard to need it. A run
+    given data.shard reads that shard alone."""
+    shards: int | None = None
+    """Read the corpus as the N stores that data.shard=0/N ... N-1/N built (null: one store):
+    one corpus, the same documents, tokens and plans as one store; a missing shard is an
+    error naming it (python -m packlm.prepare data.shards=N builds the missing ones)."""
 
     # --- store -> epoch plan -> samples (packlm.data.epoch.plan) ---
     bos: bool = False
@@ -138,6 +148,13 @@ class DataConfig(ConfigGroup):
         check_choice("data.encoding_errors", self.encoding_errors, ENCODING_ERRORS)
         if self.separator is not None and self.separator == "":
             raise ConfigError("data.separator: must be a non-empty string or null")
+        shard = parse_shard(self.shard)
+        if self.shards is not None:
+            check_positive_int("data.shards", self.shards)
+            if shard is not None and shard[1] != self.shards:
+                raise ConfigError(
+                    f"data.shard={self.shard}: a shard of {shard[1]}, but data.shards={self.shards}"
+                )
         if self.curriculum is not None:  # the last phase's window and stride are the run's
             self.window, self.stride = _check_curriculum(self, model_context)
         for key in ("window", "stride", "batch_size"):
@@ -174,6 +191,18 @@ class DataConfig(ConfigGroup):
                 f"(model.context_length={model_context})"
             )
         return self
+
+
+def parse_shard(value: Any) -> tuple[int, int] | None:
+    """data.shard "i/N" -> (i, N), None for null; ConfigError unless 0 <= i < N."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", value) if isinstance(value, str) else None
+    if match is None or not int(match[1]) < int(match[2]):
+        raise ConfigError(
+            f'data.shard={value!r}: expected "i/N", shard i of N with 0 <= i < N (e.g. 0/4)'
+        )
+    return int(match[1]), int(match[2])
 
 
 def expand_escapes(text: str) -> str:

@@ -29,6 +29,7 @@ from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.epoch.windows import validation_config
 from packlm.data.store.prepared import DEFAULT_CACHE_DIR, prepare_stores
 from packlm.data.store.token_store import TokenStore
+from packlm.data.store.union import open_store
 from packlm.tokenizer.config import TokenizerConfig
 from packlm.tokenizer.obtain import TOKENIZERS_DIR
 from packlm.tokenizer.tokenizer import Tokenizer
@@ -122,7 +123,7 @@ class EpochPlans:
         self.prepare_data()
         for split, path in (("train", self.prepared.train_dir), ("val", self.prepared.val_dir)):
             if split not in self._stores:
-                store = TokenStore.open(path)
+                store = open_store(path)  # the shards' union with data.shards
                 self._stores[split] = store
                 lengths = np.diff(np.asarray(store.doc_offsets))  # int64 [n_docs], EOS included
                 self._lengths[split] = lengths + 1 if self.data.bos else lengths  # + the BOS

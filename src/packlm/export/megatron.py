@@ -41,7 +41,7 @@ def megatron_dtype(vocab_size: int) -> np.dtype:
 def write_indexed(store: TokenStore, prefix: Path, vocab_size: int) -> None:
     """`prefix`.bin and `prefix`.idx of one store."""
     dtype = megatron_dtype(vocab_size)
-    tokens = np.asarray(store.tokens)  # [N] memmap
+    tokens = store.tokens  # [N] memmap (data.shards: the shards' memmaps, read in chunks)
     with open(prefix.with_suffix(".bin"), "wb") as f:
         for start in range(0, len(tokens), CHUNK):
             f.write(tokens[start : start + CHUNK].astype(dtype).tobytes())

@@ -53,7 +53,10 @@ def export_nanogpt(stores: dict[str, TokenStore], tokenizer, out: Path) -> list[
     for split, store in stores.items():
         dest = out / f"{split}.bin"
         if store.n_tokens:
-            shutil.copyfile(store.path / TOKENS_FILE, dest)
+            with open(dest, "wb") as out_file:
+                for part in getattr(store, "parts", [store]):  # data.shards: shard by shard
+                    with open(part.path / TOKENS_FILE, "rb") as f:
+                        shutil.copyfileobj(f, out_file)
         else:
             dest.touch()
             notes.append(f"{split}.bin is empty: the {split} split has no documents")

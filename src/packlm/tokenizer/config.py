@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from packlm.config_group import ConfigGroup
+from packlm.config_group import ConfigGroup, check_positive_int
 from packlm.errors import ConfigError
 
 
@@ -19,6 +19,10 @@ class TokenizerConfig(ConfigGroup):
     """Never merged, never split. The first is EOS (ends every document); "<|pad|>" is PAD."""
     pattern: str = "gpt2"
     """Pre-tokenization regex: "gpt2", "cl100k", or a regex string."""
+    sample_bytes: int | None = None
+    """Train on the first this many UTF-8 bytes of the training split's texts, in reading
+    order (the document reaching it cut there; the log says the bytes and documents used, of
+    the split's estimated size); null: all of it. Part of the tokenizer's cache key."""
     path: str | None = None
     """Load the tokenizer from here instead of training one: a packlm tokenizer directory, a folder
     with GPT-2 style vocab.json + merges.txt, a Hugging Face tokenizer.json (or its folder), or a
@@ -36,6 +40,8 @@ class TokenizerConfig(ConfigGroup):
             resolve_pattern(self.pattern)
         except (ValueError, TypeError) as e:
             raise ConfigError(f"tokenizer.pattern={self.pattern!r}: {e}") from None
+        if self.sample_bytes is not None:
+            check_positive_int("tokenizer.sample_bytes", self.sample_bytes)
         if self.path is None:
             minimum = 256 + len(self.special_tokens)
             if not isinstance(self.vocab_size, int) or self.vocab_size < minimum:

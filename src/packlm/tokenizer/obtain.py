@@ -42,12 +42,49 @@ FACTS = ("pattern", "special_token_ids", "digest", "tiktoken")  # and its JSON f
 
 
 def cache_fingerprint(cfg: TokenizerConfig, training_documents: dict[str, Any]) -> dict[str, Any]:
-    return {
+    fp = {
         "tokenizer.vocab_size": cfg.vocab_size,
         "tokenizer.special_tokens": list(cfg.special_tokens),
         "tokenizer.pattern": cfg.pattern,
         "training_documents": training_documents,
     }
+    if cfg.sample_bytes is not None:  # absent when null: the keys of earlier entries still hold
+        fp["tokenizer.sample_bytes"] = cfg.sample_bytes
+    return fp
+
+
+class FirstBytes:
+    """The first `limit` UTF-8 bytes of `texts` (tokenizer.sample_bytes): whole texts, and the
+    one that reaches the limit cut there (at a character boundary); counts what it gave."""
+
+    def __init__(self, texts: Iterable[str], limit: int):
+        self.texts, self.limit = texts, limit
+        self.used = self.documents = 0
+        self.cut = False
+        available = getattr(texts, "total_bytes", None)
+        self.total_bytes = limit if available is None else min(limit, available)
+
+    def __iter__(self):
+        for text in self.texts:
+            data = text.encode("utf-8")
+            room = self.limit - self.used
+            if len(data) > room:  # a character cut in two is dropped
+                text, self.cut = data[:room].decode("utf-8", errors="ignore"), True
+                data = text.encode("utf-8")
+            self.used += len(data)
+            self.documents += 1
+            yield text
+            if self.cut or self.used >= self.limit:
+                return
+
+    def describe(self, available: int | None) -> str:
+        of = "" if available is None else f" of about {available:,} (the training split's size)"
+        cut = ", the last one cut" if self.cut else ""
+        docs = f"{self.documents:,} document{'s' if self.documents != 1 else ''}"
+        return (
+            f"tokenizer.sample_bytes={self.limit:,}: trained on the first {self.used:,} bytes"
+            f"{of}, {docs}{cut}"
+        )
 
 
 def get_tokenizer(
@@ -80,7 +117,12 @@ def get_tokenizer(
             latest(root, f"*/{CACHE_FILE}", "fingerprint"), fingerprint
         )
         log.info("training the tokenizer (%s) into %s", reason, dest)
-        tokenizer = _train(cfg, train_texts(), progress)
+        texts = train_texts()
+        if cfg.sample_bytes is not None:
+            texts = FirstBytes(texts, cfg.sample_bytes)
+        tokenizer = _train(cfg, texts, progress)
+        if isinstance(texts, FirstBytes):
+            log.info("%s", texts.describe(getattr(texts.texts, "total_bytes", None)))
         tmp = temporary_sibling(dest)
         try:
             tmp.mkdir(parents=True)
@@ -93,6 +135,14 @@ def get_tokenizer(
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return tokenizer, dest
+
+
+def tokenizer_cached(cfg: TokenizerConfig, training_documents: dict[str, Any], cache_dir) -> bool:
+    """Is the tokenizer there without training (given by a path, or trained and cached)?"""
+    if cfg.path is not None:
+        return True
+    dest = Path(cache_dir) / TOKENIZERS_DIR / digest(cache_fingerprint(cfg, training_documents))
+    return (dest / CACHE_FILE).is_file()
 
 
 def load_path(

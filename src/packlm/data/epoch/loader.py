@@ -23,6 +23,7 @@ from packlm.data.epoch.collate import Samples, collate_arrays, to_tensors
 from packlm.data.epoch.curriculum import Position
 from packlm.data.epoch.sampler import BatchPieces, PlanSampler
 from packlm.data.store.token_store import TokenStore
+from packlm.data.store.union import open_store
 from packlm.errors import ConfigError
 from packlm.workers import leave_ctrl_c_to_the_parent
 
@@ -58,8 +59,12 @@ class WindowDataset(Dataset):
     the store's token p-1, so no store holds the BOS and its first real token is a target.
     """
 
-    def __init__(self, store_path: str | Path, window: int, pad_id: int, bos_id: int | None = None):
-        self.store_path = Path(store_path)
+    def __init__(
+        self, store_path: str | Path | tuple[Path, ...], window: int, pad_id: int,
+        bos_id: int | None = None,
+    ):  # fmt: skip
+        """`store_path`: a store directory, or the shards' (`TokenStore.path` of either)."""
+        self.store_path = store_path if isinstance(store_path, tuple) else Path(store_path)
         self.window = window
         self.pad_id = pad_id
         self.bos_id = bos_id
@@ -69,7 +74,7 @@ class WindowDataset(Dataset):
     @property
     def store(self) -> TokenStore:
         if self._store is None:  # opened lazily, once per process
-            self._store = TokenStore.open(self.store_path)
+            self._store = open_store(self.store_path)
         return self._store
 
     def __getstate__(self) -> dict[str, Any]:

@@ -145,6 +145,10 @@ def _stream(corpus: Corpus, encoder: OrderedEncoder, state, bar: tqdm, enc: Docu
     # With the hash split, identical texts share a split, so only explicit val_sources need the
     # training hashes to drop duplicates.
     train_hashes = None if corpus.hash_split else TrainHashes()
+    if corpus.other_training:  # shard 0: the other shards' training documents, hashed only
+        log.info("data.shard: reading the other shards' training files for the duplicate check")
+        for doc in iter_documents(corpus.other_training, corpus.options, ReadCounts()):
+            train_hashes.add(_measure(doc.text)[1])
     for doc in iter_documents(corpus.sources, corpus.options, state["train"].read):
         nbytes, h = _measure(doc.text)
         if corpus.hash_split and is_validation(h, corpus.val_fraction):
@@ -258,6 +262,10 @@ def _check_bytes(dest: Path, split: str, st: _SplitState) -> None:
 
 def _check_not_empty(corpus: Corpus, state: dict[str, _SplitState]) -> None:
     train, val = state["train"], state["val"]
+    if corpus.shard is not None:  # one shard may hold no validation: the union is checked
+        if train.writer.n_docs == 0:
+            log.warning("data.shard=%d/%d holds no training documents", *corpus.shard)
+        return
     if train.writer.n_docs == 0:
         raise corpus.no_documents(train.read)
     if val.writer.n_docs > 0 or (corpus.hash_split and corpus.val_fraction == 0):

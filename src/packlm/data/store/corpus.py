@@ -8,10 +8,13 @@ fingerprint: sources with sizes and mtimes, and every option that changes docume
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from packlm.data.config import DataConfig
+from packlm.data.store.shards import file_shards
 from packlm.data.store.sources import (
     ReadCounts,
     ReadOptions,
@@ -21,6 +24,7 @@ from packlm.data.store.sources import (
     resolve_sources,
 )
 from packlm.data.store.split import HASH, content_hash, is_validation
+from packlm.errors import ConfigError
 
 BUILD_VERSION = 2
 """Part of every fingerprint: bump it when the same inputs would give other documents or stores."""
@@ -32,6 +36,11 @@ class Corpus:
     val_sources: list[Source] | None
     options: ReadOptions
     val_fraction: float
+    shard: tuple[int, int] | None = None
+    """(i, N) of data.shard: `sources` hold only the shard's files (`Corpus.of_shard`)."""
+    other_training: list[Source] | None = None
+    """Shard 0 with data.val_sources: the other shards' training files, read (not stored)
+    so that a validation document duplicating any training document is dropped."""
 
     @classmethod
     def from_config(cls, data: DataConfig) -> Corpus:
@@ -46,6 +55,33 @@ class Corpus:
             val,
             ReadOptions.from_config(data),
             data.val_fraction,
+        )
+
+    def of_shard(self, i: int, n: int, key: str | None = None) -> Corpus:
+        """Shard i of n (`packlm.data.store.shards`): each source keeps its files of the shard
+        (and its special-file count in the shard of its first file). The hash split sends each
+        document where one store would; explicit data.val_sources all go to shard 0.
+        `key`: the config key named when there are fewer files than shards."""
+        sizes = np.array([size for s in self.sources for _, size, _ in s.stats], dtype=np.int64)
+        if len(sizes) < n:
+            raise ConfigError(
+                f"{key or f'data.shard={i}/{n}'}: the sources have {len(sizes)} files, fewer "
+                f"than {n} shards (a shard is a run of whole files); use at most {len(sizes)}"
+            )
+        owner = file_shards(sizes, n)  # [files], every shard has one at least
+        mine, others, first = [], [], 0
+        for source in self.sources:
+            own = owner[first : first + len(source.files)]
+            first += len(source.files)
+            mine.append(_files_of(source, own == i, len(own) > 0 and bool(own[0] == i)))
+            others.append(_files_of(source, own != i, False))
+        explicit = self.val_sources is not None
+        return replace(
+            self,
+            sources=mine,
+            val_sources=None if not explicit else self.val_sources if i == 0 else [],
+            shard=(i, n),
+            other_training=others if explicit and i == 0 else None,
         )
 
     @property
@@ -102,6 +138,10 @@ class Corpus:
             fp["data.val_sources"] = (
                 None if self.hash_split else [_source_fp(s) for s in self.val_sources]
             )
+        if self.shard is not None:
+            fp["data.shard"] = "{}/{}".format(*self.shard)
+        if self.other_training is not None:
+            fp["duplicates of"] = [_source_fp(s) for s in self.other_training]
         return fp
 
 
@@ -109,3 +149,12 @@ def _source_fp(source: Source) -> dict[str, Any]:
     fp = source.fingerprint()
     del fp["weight"]  # the plan's business (see fingerprint)
     return fp
+
+
+def _files_of(source: Source, keep: np.ndarray, specials: bool) -> Source:
+    """The source with only the files where `keep`; its special files counted if `specials`."""
+    files = [f for f, k in zip(source.files, keep, strict=True) if k]
+    stats = [st for st, k in zip(source.stats, keep, strict=True) if k]
+    return replace(
+        source, files=files, stats=stats, special_files=source.special_files if specials else 0
+    )

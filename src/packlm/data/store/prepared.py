@@ -12,21 +12,23 @@ listing now: a store from a file that changed while it was read is never reused.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packlm.cache.entry import hold, locked, mark_used
 from packlm.cache.fingerprint import describe_change, digest, latest
-from packlm.data.config import DataConfig
-from packlm.data.store.build import StoreHeader, build_stores
+from packlm.data.config import DataConfig, parse_shard
+from packlm.data.store.build import SPLITS, StoreHeader, build_stores
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.encode import available_cores
 from packlm.data.store.token_store import MANIFEST_FILE, StoreError, TokenStore
+from packlm.data.store.union import StoreUnion, open_store
 from packlm.data.store.verify import verify_checksums
 from packlm.errors import ConfigError
 from packlm.tokenizer.config import TokenizerConfig
-from packlm.tokenizer.obtain import get_tokenizer
+from packlm.tokenizer.obtain import get_tokenizer, tokenizer_cached
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,10 @@ PARALLEL_MIN_BYTES = 1 << 20
 """Below this much source text, worker processes cost more than they save."""
 
 
+Dirs = Path | tuple[Path, ...]
+"""A split's store directory, or (data.shards) its shards' directories in shard order."""
+
+
 @dataclass(frozen=True)
 class PreparedData:
     """Where everything is; plain paths and dicts, so it pickles cheaply into any process."""
@@ -45,15 +51,16 @@ class PreparedData:
     tokenizer: Any
     """The packlm Tokenizer the stores were encoded with."""
     tokenizer_dir: Path
-    train_dir: Path
-    val_dir: Path
+    train_dir: Dirs
+    val_dir: Dirs
     train_manifest: dict[str, Any]
     val_manifest: dict[str, Any]
-    """The val store has no documents only when data.val_fraction=0 and no data.val_sources."""
+    """The val store has no documents only when data.val_fraction=0 and no data.val_sources;
+    with data.shards, the shards' manifests as one (`packlm.data.store.union`)."""
 
     def open(self, split: str) -> TokenStore:
-        """The split's store (memmaps; milliseconds)."""
-        return TokenStore.open({"train": self.train_dir, "val": self.val_dir}[split])
+        """The split's store (memmaps; milliseconds), the shards' union with data.shards."""
+        return open_store({"train": self.train_dir, "val": self.val_dir}[split])
 
     @property
     def manifests(self) -> dict[str, dict[str, Any]]:
@@ -66,9 +73,13 @@ def prepare_stores(
     cache_dir: str | Path,
     progress: bool = True,
     num_workers: int | None = None,
+    build_shards: bool = False,
 ) -> PreparedData:
-    """Train or load the tokenizer, build or reuse both stores, and open them.
+    """Train or load the tokenizer, build or reuse the stores, and open them.
 
+    data.shard=i/N builds (or reuses) that shard's stores alone. data.shards=N opens the N
+    shards' stores as one corpus; a missing one is a StoreError naming it, unless
+    `build_shards` (`python -m packlm.prepare data.shards=N`): then it is built here.
     `num_workers`: encoding processes; None uses every core (none for corpora under 1 MB).
     """
     data.validate()
@@ -80,6 +91,22 @@ def prepare_stores(
         )
     cache_dir = Path(cache_dir).expanduser().resolve()
     corpus = Corpus.from_config(data)
+    shard = parse_shard(data.shard)
+    if shard is not None:
+        parts = [corpus.of_shard(*shard)]
+    elif data.shards is not None:
+        key = f"data.shards={data.shards}"
+        parts = [corpus.of_shard(i, data.shards, key) for i in range(data.shards)]
+    else:
+        parts = [corpus]
+    # (each shard has files: checked before the tokenizer's work)
+    read_only = shard is None and data.shards is not None and not build_shards
+    if read_only and not tokenizer_cached(tokenizer, corpus.fingerprint(True), cache_dir):
+        # no shard can have been built: say so now, not after training a tokenizer
+        missing = [f"{i}/{data.shards} (not built: no tokenizer yet)" for i in range(data.shards)]
+        raise StoreError(_missing_shards(data, missing, cache_dir))
+    # One tokenizer for every shard: trained on the whole corpus's training split, under its
+    # lock, by the first process to need it (the others wait and load it).
     tok, tok_dir = get_tokenizer(
         tokenizer,
         corpus.fingerprint(training_only=True),
@@ -91,32 +118,82 @@ def prepare_stores(
         hold(tok_dir)
     eos_id = _special_id(tok, tok_dir, tokenizer, tokenizer.special_tokens[0])
     pad_id = _special_id(tok, tok_dir, tokenizer, PAD_TOKEN)
-    fingerprint = {
-        **corpus.fingerprint(),
-        "tokenizer": tok.digest(),
-        "eos_id": eos_id,
-        "pad_id": pad_id,
-    }
-    header = StoreHeader(fingerprint, eos_id, pad_id)
-    root = cache_dir / STORES_DIR
-    dest = root / digest(fingerprint)
-    stores, problem = _open_cached(dest, fingerprint)
-    if stores is None:
-        with locked(dest):
-            # Another process (a sweep's sibling run) may have built it while we waited.
-            stores, problem = _open_cached(dest, fingerprint)
-            if stores is None:
-                previous = latest(root, f"*/train/{MANIFEST_FILE}", "fingerprint")
-                log.info(
-                    "building token stores (%s) in %s",
-                    problem or describe_change(previous, fingerprint),
-                    dest,
-                )
-                workers = _workers(num_workers, corpus.total_bytes)
-                stores = build_stores(corpus, tok, header, dest, workers, progress)
-    hold(dest)  # for this process's life: `python -m packlm.cache` refuses to remove it
-    train, val = stores
-    return PreparedData(tok, tok_dir, train.path, val.path, train.manifest, val.manifest)
+    stores: list[tuple[TokenStore, TokenStore] | None] = []
+    missing: list[str] = []
+    for part in parts:
+        fingerprint = {
+            **part.fingerprint(),
+            "tokenizer": tok.digest(),
+            "eos_id": eos_id,
+            "pad_id": pad_id,
+        }
+        dest = cache_dir / STORES_DIR / digest(fingerprint)
+        if read_only:  # data.shards: the shards are built by data.shard=i/N
+            found, problem = _open_cached(dest, fingerprint)
+            if found is None:  # a reader rebuilds nothing: the problem without "rebuilding"
+                why = re.sub(r",? rebuilding", "", problem) if problem else "not built"
+                missing.append(f"{part.shard[0]}/{part.shard[1]} ({why})")
+            stores.append(found)
+            continue
+        header = StoreHeader(fingerprint, eos_id, pad_id)
+        workers = _workers(num_workers, part.total_bytes)
+        stores.append(_open_or_build(part, tok, header, dest, workers, progress))
+    if missing:
+        raise StoreError(_missing_shards(data, missing, cache_dir))
+    for train, _ in stores:
+        hold(train.path.parent)  # for this process's life: `python -m packlm.cache` refuses it
+    if len(stores) == 1:
+        train, val = stores[0]
+        return PreparedData(tok, tok_dir, train.path, val.path, train.manifest, val.manifest)
+    union = {split: StoreUnion([s[k] for s in stores]) for k, split in enumerate(SPLITS)}
+    _check_union(data, union)
+    return PreparedData(
+        tok, tok_dir, union["train"].path, union["val"].path,
+        union["train"].manifest, union["val"].manifest,
+    )  # fmt: skip
+
+
+def _open_or_build(
+    corpus: Corpus, tok: Any, header: StoreHeader, dest: Path, workers: int, progress: bool
+) -> tuple[TokenStore, TokenStore]:
+    """The cached stores at `dest`, or built there under its lock."""
+    stores, problem = _open_cached(dest, header.fingerprint)
+    if stores is not None:
+        return stores
+    with locked(dest):
+        # Another process (a sweep's sibling run, another shard's) may have built it meanwhile.
+        stores, problem = _open_cached(dest, header.fingerprint)
+        if stores is not None:
+            return stores
+        root = dest.parent
+        previous = latest(root, f"*/train/{MANIFEST_FILE}", "fingerprint")
+        log.info(
+            "building token stores (%s) in %s",
+            problem or describe_change(previous, header.fingerprint),
+            dest,
+        )
+        return build_stores(corpus, tok, header, dest, workers, progress)
+
+
+def _missing_shards(data: DataConfig, missing: list[str], cache_dir: Path) -> str:
+    which = ",".join(m.split(" ", 1)[0] for m in missing)
+    return (
+        f"data.shards={data.shards}: {len(missing)} of the shard stores are not in "
+        f"{cache_dir / STORES_DIR}: {'; '.join(missing)}; build them with `python -m "
+        f"packlm.prepare -m data.shard={which}` (with this run's data and tokenizer overrides and "
+        f"cache_dir), or all at once with `python -m packlm.prepare data.shards={data.shards}`"
+    )
+
+
+def _check_union(data: DataConfig, union: dict[str, StoreUnion]) -> None:
+    """What one store's build refuses, refused for the union of the shards."""
+    if union["train"].n_docs == 0:
+        raise StoreError(f"data.shards={data.shards}: the shards hold no training documents")
+    if union["val"].n_docs == 0 and (data.val_sources is not None or data.val_fraction > 0):
+        raise StoreError(
+            f"data.shards={data.shards}: the validation split is empty in every shard "
+            "(raise data.val_fraction or give data.val_sources)"
+        )
 
 
 class TrainingTexts:
@@ -157,7 +234,9 @@ def _open_cached(
 def _read_other(store: TokenStore, fingerprint: dict[str, Any]) -> str | None:
     """Why the store's record of what was read differs from the sources' listing, or None."""
     key = "data.val_sources" if store.manifest.get("split") == "val" else "data.sources"
-    listed = fingerprint.get(key) or fingerprint["data.sources"]  # no val_sources: hash split
+    listed = fingerprint.get(key)
+    if listed is None:  # no val_sources: the hash split of data.sources
+        listed = fingerprint["data.sources"]
     recorded = store.manifest.get("sources", [])
     where = store.path / MANIFEST_FILE
     if len(recorded) != len(listed) or any("read" not in r for r in recorded):
