@@ -195,7 +195,7 @@ def test_ctrl_c_during_prepare_prints_one_line_and_exits_130(tmp_path):
     err = "".join(lines) + tail
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
-    assert err.strip().splitlines()[-1].startswith("error: interrupted (Ctrl-C)")
+    assert err.strip().splitlines()[-1].startswith("error: interrupted (Ctrl-C)"), err[-3000:]
     entries = [p.name for d in ("tokenizers", "stores") if (cache / d).exists()
                for p in (cache / d).iterdir() if not p.name.endswith(".lock")]  # fmt: skip
     assert entries == []  # no entry and no temporary left
