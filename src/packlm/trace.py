@@ -23,8 +23,9 @@ Epochs are walked from the run's start, so a run resumed with another rank count
 resume) is traced as if it had kept the configured one.
 
 data.skip_steps and data.skip_documents of the run's config (`packlm.data.skip`) are applied
-as training applied them: step N is the N-th step the run logged (its plan step skips the
-left-out ones), and a piece of a skipped document says so and gives no target.
+as training applied them: step N is the step the run logged as N, and its `plan_step` (the
+number data.skip_steps takes) passes over the left-out ones; a piece of a skipped document
+says so and gives no target.
 """
 
 from __future__ import annotations
@@ -139,11 +140,15 @@ class Tracer:
                 return [(epoch, b) for b in range(lo, min(n, lo + acc))]
             first, epoch = first + steps, epoch + 1
 
+    def plan_step_of(self, epoch: int, batch: int) -> int:
+        """The plan step (data.skip_steps' numbering) of global batch `batch` of `epoch`."""
+        before = sum(-(-self.epoch_batches(e) // self.schedule.accumulate) for e in range(epoch))
+        return before + batch // self.schedule.accumulate
+
     def global_step_of(self, epoch: int, batch: int) -> int | None:
         """The optimizer step (as logged) that global batch `batch` of `epoch` (of the plan)
         belongs to; None: a batch of a step left out by data.skip_steps."""
-        before = sum(-(-self.epoch_batches(e) // self.schedule.accumulate) for e in range(epoch))
-        return self.skips.logged_step(before + batch // self.schedule.accumulate)
+        return self.skips.logged_step(self.plan_step_of(epoch, batch))
 
     def batch(self, epoch: int, batch: int, rank: int | None = None) -> dict[str, Any]:
         """The trace of global batch `batch` of `epoch` (counted in the plan, data.skip_steps'
@@ -179,6 +184,7 @@ class Tracer:
             "epoch": epoch,
             "batch": batch,
             "step": step,
+            "plan_step": self.plan_step_of(epoch, batch),  # what data.skip_steps names
             "skipped_step": step is None,  # data.skip_steps: never trained
             "phase": seg.phase if self.curriculum else None,
             "window": plan.window,
@@ -383,9 +389,10 @@ def render(traces: list[dict[str, Any]]) -> str:
         phase = "" if t["phase"] is None else f", curriculum phase {t['phase']}"
         lines.append(
             (
-                "skipped step (data.skip_steps, never trained)"
+                f"plan step {t['plan_step']} (left out by data.skip_steps, never trained)"
                 if t["skipped_step"]
                 else f"step {t['step']}"
+                + ("" if t["plan_step"] == t["step"] else f" (plan step {t['plan_step']})")
             )
             + f": epoch {t['epoch']}, global batch {t['batch']}{phase} "
             f"(window {t['window']}, stride {t['stride']}, tail {t['tail']}, packing "

@@ -123,9 +123,9 @@ class DataConfig(ConfigGroup):
     doc_ids, with or without the "source:" prefix); their tokens stay in the windows (the
     plan is unchanged) but every label whose input or target is one of their tokens is -100."""
     skip_steps: list[int] = field(default_factory=list)
-    """Optimizer steps (global_step as logged) whose batches are not trained: at each, the
-    next step's batches are taken instead (the data after it moves one step earlier);
-    numbered as logged by the run with the earlier skips of the list applied."""
+    """Optimizer steps whose batches are not trained: the next step's are taken instead
+    (the data after moves one step earlier). Numbered as a run without skip_steps logs them
+    (its global_step); `python -m packlm.trace` prints this "plan step" of every step."""
 
     @classmethod
     def _from_config_values(cls, values: dict[str, Any]) -> dict[str, Any]:

@@ -8,14 +8,14 @@ switches): a loss spike is removed and everything else of the run is reproduced.
   (`packlm.batch.drop_skipped`). With packing document/none a document attends to no other,
   so a skipped document then takes no part in the loss; under stream packing its tokens are
   still context for the later tokens of the same row.
-- skip_steps: optimizer steps as logged (`global_step`). The sampler leaves out the global
-  batches of those steps and deals the next ones, so the logged step k trains what step k+1
-  would have; the numbering of the list is the run's own, earlier skips applied. Inside, a
-  step is a step of the *plan*: the epoch's global batches in blocks of
-  `accumulate_grad_batches` (the last block of an epoch may be shorter), counted from the
-  run's start, and the i-th smallest logged step k_i (0-based) is plan step k_i + i. A plan
-  step is a whole block, so every other block keeps its place and Lightning's step count
-  stays aligned with the plan's.
+- skip_steps: optimizer steps of the *plan*: the steps a run without skip_steps logs
+  (`global_step`), i.e. each epoch's global batches in blocks of `accumulate_grad_batches`
+  (the last block of an epoch may be shorter), counted from the run's start. The sampler
+  leaves out the global batches of those steps and deals the next ones, so a run skipping
+  step k logs as its step k what the plan's step k+1 is. A left-out step is a whole block,
+  so every other block keeps its place and Lightning's step count stays aligned with the
+  plan's; the numbering never depends on the other entries of the list (it is a set), so a
+  resume may add a later step. `python -m packlm.trace` gives every logged step's plan step.
 """
 
 from __future__ import annotations
@@ -70,17 +70,15 @@ def resolve_documents(store: Any, entries: Sequence[Any]) -> np.ndarray:
 class StepSkips:
     """data.skip_steps as plan steps (see the module doc) and how to find their batches."""
 
-    logged: tuple[int, ...] = ()  # the config's steps, sorted
     accumulate: int = 1  # global batches per optimizer step (trainer.accumulate_grad_batches)
-    plan_steps: frozenset[int] = field(default_factory=frozenset)
+    plan_steps: frozenset[int] = field(default_factory=frozenset)  # data.skip_steps
 
     @classmethod
     def of(cls, steps: Sequence[int], accumulate: int = 1) -> StepSkips:
-        logged = tuple(sorted(int(k) for k in steps))
-        return cls(logged, int(accumulate), frozenset(k + i for i, k in enumerate(logged)))
+        return cls(int(accumulate), frozenset(int(k) for k in steps))
 
     def __bool__(self) -> bool:
-        return bool(self.logged)
+        return bool(self.plan_steps)
 
     def dropped(self, steps_before: int, batch: int) -> bool:
         """Whether plan global batch `batch` of an epoch after `steps_before` plan steps is
@@ -94,7 +92,8 @@ class StepSkips:
         return int(np.maximum(last - first, 0).sum())
 
     def plan_step(self, logged: int) -> int:
-        """The plan step that logged step `logged` trains (the logged-th one not left out)."""
+        """The plan step that a run with these skips trains as its step `logged` (the
+        logged-th plan step not left out)."""
         step = logged
         for d in sorted(self.plan_steps):
             if d <= step:
@@ -102,7 +101,7 @@ class StepSkips:
         return step
 
     def logged_step(self, plan_step: int) -> int | None:
-        """The logged step of a plan step; None: the step is left out."""
+        """The step a run with these skips logs for a plan step; None: the step is left out."""
         if plan_step in self.plan_steps:
             return None
         return plan_step - sum(d < plan_step for d in self.plan_steps)
