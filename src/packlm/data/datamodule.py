@@ -77,7 +77,10 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         """Open the stores; under a Trainer, make it reload the loaders every epoch."""
         super().setup(stage)
         trainer = self.trainer
-        if trainer is None or stage is None:  # stage None: the plans' own calls (store())
+        if stage is None:  # the plans' own calls (store())
+            return
+        self.skipped_documents()  # an unknown one fails now, right after the store opens
+        if trainer is None:
             return
         self._check_skips(trainer)
         reload = trainer.reload_dataloaders_every_n_epochs
@@ -91,15 +94,17 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
             )
 
     def _check_skips(self, trainer: L.Trainer) -> None:
-        """Resolve data.skip_documents (ConfigError on an unknown one) and say what is skipped."""
+        """Refuse data.skip_steps under limit_train_batches; say what is skipped (rank 0)."""
         docs, steps = self.skipped_documents(), self.data.skip_steps
+        if not (len(docs) or steps):
+            return
         limit = trainer.limit_train_batches
         if steps and limit is not None and not (isinstance(limit, float) and limit >= 1.0):
             raise ConfigError(
                 f"data.skip_steps: not with trainer.limit_train_batches={limit} (the steps are "
                 "numbered over whole epochs)"
             )
-        if trainer.is_global_zero and (len(docs) or steps):
+        if trainer.is_global_zero:
             store, shown = self.store("train"), docs[:5].tolist()
             names = ", ".join(f"{d} ({store.doc_id(d)})" for d in shown)
             tokens = int(self._lengths["train"][docs].sum())
@@ -111,7 +116,8 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
             )  # fmt: skip
 
     def _step_skips(self) -> StepSkips:
-        accumulate = self.trainer.accumulate_grad_batches if self.trainer is not None else 1
+        """data.skip_steps in the Trainer's steps (a stand-in without the setting: 1 batch)."""
+        accumulate = getattr(self.trainer, "accumulate_grad_batches", 1)
         return StepSkips.of(self.data.skip_steps, accumulate)
 
     # --- dataloaders ---------------------------------------------------------------------

@@ -316,3 +316,9 @@ def test_skip_steps_are_refused_with_limit_train_batches(prepared):
     dm.trainer = L.Trainer(limit_train_batches=5, accelerator="cpu", logger=False)
     with pytest.raises(ConfigError, match="data.skip_steps: not with trainer.limit_train"):
         dm.setup("fit")
+
+
+def test_an_unknown_document_fails_at_setup_before_any_trainer(prepared):
+    dm = PackedDataModule(prepared=prepared, **{**BASE, "skip_documents": ["nope.jsonl:1"]})
+    with pytest.raises(ConfigError, match="data.skip_documents: no training document has the id"):
+        dm.setup("fit")
