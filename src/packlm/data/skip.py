@@ -111,17 +111,29 @@ def document_counts(plan: EpochPlan, docs: np.ndarray) -> tuple[int, int]:
     """(samples, tokens): the epoch's samples that read a token of store documents `docs`,
     and those tokens (every read counted; windows that overlap read a token twice).
 
-    Only the sequences holding a copy of one of them are read, in chunks of samples."""
+    Window starts rise with the window index (the grid, moved forward less than a stride by
+    data.snap), so only the windows of the grid near each copy of a document are read, plus
+    each sequence's first and last (a short or a cover window)."""
     if len(docs) == 0 or plan.n_samples == 0:
         return 0, 0
     j = np.flatnonzero(np.isin(plan.order, docs))  # epoch documents that are copies of docs
     seqs = j if plan.seq_first is None else interval_of(plan.seq_first, j)
+    a = plan.doc_start(j)  # [c] stream span of each copy
+    b = a + plan.doc_lengths[plan.order[j]]
+    start, _, offset, _ = plan.layout(seqs)
+    reach = plan.window + 1 + (plan.snap_tolerance or 0)  # a window touches [g, g + reach)
+    window_cum = plan.window_cum
+    count = window_cum[seqs + 1] - window_cum[seqs]  # [c] windows of each copy's sequence
+    lo = np.clip((a - start - offset - reach) // plan.stride, 0, count - 1)
+    hi = np.clip(-(-(b - start - offset) // plan.stride) + 1, 1, count)
+    first = window_cum[seqs]
+    ids = [np.arange(f + x, f + y) for f, x, y in zip(first, lo, hi, strict=True)]
+    ids = np.unique(np.concatenate([*ids, first, first + count - 1]))  # samples to read
+    ids = ids[(ids >= 0) & (ids < plan.n_samples)]  # (a sequence without a window adds none)
     samples = tokens = 0
-    for s in np.unique(seqs).tolist():
-        lo, hi = int(plan.window_cum[s]), int(plan.window_cum[s + 1])
-        for a in range(lo, hi, CHUNK):
-            row, doc, _, length = plan.pieces(np.arange(a, min(hi, a + CHUNK)))
-            hit = np.isin(doc, docs)
-            samples += len(np.unique(row[hit]))
-            tokens += int(length[hit].sum())
+    for c in range(0, len(ids), CHUNK):
+        row, doc, _, length = plan.pieces(ids[c : c + CHUNK])
+        hit = np.isin(doc, docs)
+        samples += len(np.unique(row[hit]))
+        tokens += int(length[hit].sum())
     return samples, tokens

@@ -220,13 +220,26 @@ def test_documents_are_named_by_index_or_by_the_id_the_trace_prints(prepared):
     assert plans.skipped_documents().tolist() == [2, 7, 8]
 
 
-def test_document_counts_are_the_samples_that_read_them(prepared):
-    plans = plans_of(prepared, packing="stream", pack_size=20)
-    plan, docs = plans.plan(1), np.array([4, 17])
-    row, doc, _, length = plan.pieces(np.arange(plan.n_samples))
-    hit = np.isin(doc, docs)
-    assert document_counts(plan, docs) == (len(np.unique(row[hit])), int(length[hit].sum()))
-    assert document_counts(plan, docs)[0] > 0
+@pytest.mark.parametrize(
+    "keys",
+    [
+        dict(packing="stream", pack_size=20),
+        dict(packing="stream"),  # one sequence: the whole epoch
+        dict(packing="document", tail="cover", snap="document", snap_tolerance=3),
+        dict(packing="none", tail="drop", window=16, stride=7),
+        dict(packing="document", pack_size=40, pack_strategy="best_fit", shuffle=False),
+    ],
+)
+def test_document_counts_are_the_samples_that_read_them(prepared, keys):
+    plans = plans_of(prepared, **keys)
+    for epoch in range(3):
+        plan = plans.plan(epoch)
+        row, doc, _, length = plan.pieces(np.arange(plan.n_samples))
+        for docs in (np.array([4, 17]), np.flatnonzero(LENGTHS <= 6), np.arange(0, 60, 7)):
+            hit = np.isin(doc, docs)
+            want = (len(np.unique(row[hit])), int(length[hit].sum()))
+            assert document_counts(plan, docs) == want
+            assert want[0] > 0
 
 
 def test_the_trace_refuses_skip_steps_under_limit_train_batches(prepared):
