@@ -181,7 +181,8 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
 
     def log_skips(self, epoch: int) -> dict[str, int]:
         """This epoch's share of data.skip_documents / data.skip_steps, logged and returned
-        (`data/skipped_*` to the loggers); nothing when neither is set."""
+        (`data/skipped_*` to the loggers); nothing when neither is set. Under a curriculum the
+        documents are counted in the plan of the phase the epoch starts in."""
         docs, sampler = self.skipped_documents(), self._train_sampler
         if not (len(docs) or self.data.skip_steps) or sampler is None:
             return {}

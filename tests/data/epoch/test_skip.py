@@ -53,6 +53,7 @@ def loader(plans, rank, epoch, position, accumulate=1, workers=0, world=WORLD) -
     cfg, store = plans.data, plans.store("train")
     sampler = PlanSampler(
         lambda e, p=None: plans.plan(e, "train", p), cfg.batch_size, rank, world, epoch,
+        phases=plans.phases if cfg.curriculum else None,
         position=position, skip_documents=plans.skipped_documents(),
         skip_steps=StepSkips.of(cfg.skip_steps, accumulate),
     )  # fmt: skip
@@ -111,13 +112,17 @@ def test_skipped_documents_are_never_supervised_and_everything_else_is_unchanged
     assert (crossing > 0) == (packing == "stream")
 
 
-def test_skip_steps_leave_out_exactly_those_steps_batches(prepared):
+CURRICULUM = dict(curriculum=[{"window": 4, "stride": 3, "until": 300}, {"window": 8, "stride": 5}])
+
+
+@pytest.mark.parametrize("keys", [{}, CURRICULUM], ids=["plain", "curriculum"])
+def test_skip_steps_leave_out_exactly_those_steps_batches(prepared, keys):
     acc = 2
-    p1 = len(steps_of(run(plans_of(prepared), 0, acc)[:1], acc))  # plan steps of epoch 0
+    p1 = len(steps_of(run(plans_of(prepared, **keys), 0, acc)[:1], acc))  # epoch 0's steps
     skip = [3, p1 - 1, p1, p1 + 4]  # mid-epoch, epoch 0's last (short?) step, epoch 1's first
     for rank in range(WORLD):
-        base = steps_of(run(plans_of(prepared), rank, acc), acc)
-        got = steps_of(run(plans_of(prepared, skip_steps=skip), rank, acc), acc)
+        base = steps_of(run(plans_of(prepared, **keys), rank, acc), acc)
+        got = steps_of(run(plans_of(prepared, skip_steps=skip, **keys), rank, acc), acc)
         kept = [s for i, s in enumerate(base) if i not in skip]
         assert len(got) == len(base) - len(skip)
         for s0, s1 in zip(kept, got, strict=True):
