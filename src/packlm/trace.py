@@ -21,6 +21,11 @@ UTF-8 text, which is the source file's span only for a whole-file document read 
 
 Epochs are walked from the run's start, so a run resumed with another rank count (elastic
 resume) is traced as if it had kept the configured one.
+
+data.skip_steps and data.skip_documents of the run's config (`packlm.data.skip`) are applied
+as training applied them: step N is the step the run logged as N, and its `plan_step` (the
+number data.skip_steps takes) passes over the left-out ones; a piece of a skipped document
+says so and gives no target.
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from packlm.batch import IGNORE_INDEX, labels
+from packlm.batch import IGNORE_INDEX, drop_skipped, labels
 from packlm.data.epoch.curriculum import Phase, Position, Segment, epoch_segments
 from packlm.data.plans import EpochPlans
+from packlm.data.skip import StepSkips
 from packlm.errors import ConfigError
 
 LABEL_RULE = (
@@ -54,10 +60,16 @@ class Schedule:
     accumulate: int = 1
     limit_batches: int | float | None = None  # trainer.limit_train_batches
 
+    @property
+    def limited(self) -> bool:
+        """Whether trainer.limit_train_batches cuts epochs."""
+        limit = self.limit_batches
+        return not (limit is None or (isinstance(limit, float) and limit >= 1.0))
+
     def batches_of(self, n: int) -> int:
         """Global batches Lightning runs of an epoch of n."""
         limit = self.limit_batches
-        if limit is None or (isinstance(limit, float) and limit >= 1.0):
+        if not self.limited:
             return n
         return min(n, int(limit)) if isinstance(limit, int) else int(n * limit)
 
@@ -73,6 +85,11 @@ class Tracer:
         self.step_size = plans.data.batch_size * schedule.world_size  # samples per global batch
         self._starts: list[Position] = [Position()]  # of epochs 0, 1, ... walked so far
         self._batches: list[int] = []  # global batches of each epoch walked
+        self.skips = StepSkips.of(plans.data.skip_steps, schedule.accumulate)
+        if self.skips and schedule.limited:
+            raise ConfigError(
+                "data.skip_steps: not with trainer.limit_train_batches (training refuses it)"
+            )
 
     def plan_for(self, epoch: int, phase: int):
         return self.plans.plan(epoch, "train", phase if self.curriculum else None)
@@ -107,9 +124,11 @@ class Tracer:
 
     def step_batches(self, step: int) -> list[tuple[int, int]]:
         """(epoch, global batch) of each micro-batch of optimizer step `step` (0-based: the
-        step Lightning logs as global_step `step`, after which global_step is step+1)."""
+        step Lightning logs as global_step `step`, after which global_step is step+1); with
+        data.skip_steps the step's batches are those of the plan step it trained."""
         if step < 0:
             raise ConfigError(f"step={step}: must be >= 0")
+        step = self.skips.plan_step(step)
         acc, epoch, first = self.schedule.accumulate, 0, 0
         while True:
             n = self.epoch_batches(epoch)
@@ -121,13 +140,19 @@ class Tracer:
                 return [(epoch, b) for b in range(lo, min(n, lo + acc))]
             first, epoch = first + steps, epoch + 1
 
-    def global_step_of(self, epoch: int, batch: int) -> int:
-        """The optimizer step that global batch `batch` of `epoch` belongs to."""
+    def plan_step_of(self, epoch: int, batch: int) -> int:
+        """The plan step (data.skip_steps' numbering) of global batch `batch` of `epoch`."""
         before = sum(-(-self.epoch_batches(e) // self.schedule.accumulate) for e in range(epoch))
         return before + batch // self.schedule.accumulate
 
+    def global_step_of(self, epoch: int, batch: int) -> int | None:
+        """The optimizer step (as logged) that global batch `batch` of `epoch` (of the plan)
+        belongs to; None: a batch of a step left out by data.skip_steps."""
+        return self.skips.logged_step(self.plan_step_of(epoch, batch))
+
     def batch(self, epoch: int, batch: int, rank: int | None = None) -> dict[str, Any]:
-        """The trace of global batch `batch` of `epoch`: every row (of `rank` only, if given)."""
+        """The trace of global batch `batch` of `epoch` (counted in the plan, data.skip_steps'
+        left-out batches included): every row (of `rank` only, if given)."""
         at = self.epoch_start(epoch)
         segments, before = self.segments(at), 0
         n_batches = self.schedule.batches_of(sum(s.batches for s in segments))
@@ -154,10 +179,13 @@ class Tracer:
                 raise ConfigError(f"rank={rank}: outside the run's {world} rank(s)")
             slots = slots[slots % world == rank]
         rows = self._rows(plan, positions[slots], slots)
+        step = self.global_step_of(epoch, batch)
         return {
             "epoch": epoch,
             "batch": batch,
-            "step": self.global_step_of(epoch, batch),
+            "step": step,
+            "plan_step": self.plan_step_of(epoch, batch),  # what data.skip_steps names
+            "skipped_step": step is None,  # data.skip_steps: never trained
             "phase": seg.phase if self.curriculum else None,
             "window": plan.window,
             "stride": plan.stride,
@@ -180,19 +208,27 @@ class Tracer:
         row, doc, begin, size = plan.pieces(ids)
         store, tok = self.plans.store("train"), self.plans.tokenizer
         names, world, bos = store.source_names, self.schedule.world_size, self.plans.data.bos
+        skip = np.isin(doc, self.plans.skipped_documents())  # [p] data.skip_documents pieces
         byte_len = tok.token_byte_lengths() if tok is not None else None
         out = []
         for i, slot in enumerate(slots.tolist()):
             mine = np.flatnonzero(row == i)
             pieces, column, ids_row = [], 0, []
+            skipped = np.zeros(plan.window + 1, dtype=bool)  # [T+1] tokens of skipped documents
             for n_piece, p in enumerate(mine.tolist()):
                 d, b, L = int(doc[p]), int(begin[p]), int(size[p])
                 piece_ids = document_tokens(store, d, b, L, bos)
                 last = n_piece == len(mine) - 1
                 targets = L - 1 if plan.packing != "stream" or last else L
+                if skip[p]:  # no label has its tokens as input or target
+                    targets = 0
+                    skipped[column : column + L] = True
+                elif plan.packing == "stream" and not last and skip[mine[n_piece + 1]]:
+                    targets -= 1  # its last token would predict a skipped one
                 pieces.append(
                     self._piece(store, names, tok, byte_len, d, b, L, bos, piece_ids)
                     | {"row_columns": [column, column + L], "targets": targets}
+                    | {"skipped": bool(skip[p])}
                 )
                 ids_row.append(piece_ids)
                 column += L
@@ -205,7 +241,7 @@ class Tracer:
                     np.arange(len(ids_row)), [len(x) for x in ids_row]
                 )
             seg = np.where(segments >= 0, 0, -1) if plan.packing == "stream" else segments
-            lab = labels(tokens[None], seg[None].astype(np.int32))[0]
+            lab = drop_skipped(labels(tokens[None], seg[None].astype(np.int32)), skipped[None])[0]
             supervised = lab != IGNORE_INDEX
             windows = int(plan.window_cum[seq[i] + 1] - plan.window_cum[seq[i]])
             out.append(
@@ -352,7 +388,13 @@ def render(traces: list[dict[str, Any]]) -> str:
     for t in traces:
         phase = "" if t["phase"] is None else f", curriculum phase {t['phase']}"
         lines.append(
-            f"step {t['step']}: epoch {t['epoch']}, global batch {t['batch']}{phase} "
+            (
+                f"plan step {t['plan_step']} (left out by data.skip_steps, never trained)"
+                if t["skipped_step"]
+                else f"step {t['step']}"
+                + ("" if t["plan_step"] == t["step"] else f" (plan step {t['plan_step']})")
+            )
+            + f": epoch {t['epoch']}, global batch {t['batch']}{phase} "
             f"(window {t['window']}, stride {t['stride']}, tail {t['tail']}, packing "
             f"{t['packing']}; {t['world_size']} rank(s) x {t['batch_size']} rows; samples "
             f"{t['first_sample_position']}.. of {t['epoch_samples']} in the epoch order)"
@@ -377,6 +419,7 @@ def render(traces: list[dict[str, Any]]) -> str:
                     + (f", text bytes {span[0]}:{span[1]}" if span else "")
                     + f", row columns {p['row_columns'][0]}:{p['row_columns'][1]}, "
                     f"{p['targets']} targets"
+                    + (" (data.skip_documents: not supervised)" if p["skipped"] else "")
                 )
                 if "text_first" in p:
                     lines.append(f"      {p['text_first']!r} ... {p['text_last']!r}")

@@ -8,7 +8,7 @@ What a resume does with each setting that differs from the checkpoint's (README,
 - refused: a checkpoint whose optimizer has other param groups (an older packlm's).
 - applied, and logged: `optim.*` (lr, embedding_lr_ratio, betas, eps, weight decay, warmup,
   min_lr_ratio, max_steps: the schedule is rebuilt from the current config), `trainer.max_steps`,
-  `train.max_supervised_tokens`; everything else (logging, validation interval, ...).
+  `train.max_supervised_tokens`, `data.skip_steps` / `data.skip_documents`; everything else (logging, validation interval, ...).
 """
 
 from __future__ import annotations
@@ -83,6 +83,8 @@ def run_settings(config: Validated) -> dict[str, Any]:
     return {
         "trainer.max_steps": config.trainer.max_steps,
         "train.max_supervised_tokens": config.train.max_supervised_tokens,
+        "data.skip_steps": list(config.data.skip_steps),  # a resume may add some (packlm.data.skip)
+        "data.skip_documents": list(config.data.skip_documents),
     }
 
 

@@ -126,6 +126,17 @@ class DataConfig(ConfigGroup):
     """Seed of the epoch plans: the plan of epoch e is a pure function of (store, data config,
     seed, e)."""
 
+    # --- skipping (packlm.data.skip): the plan unchanged, some of it not trained ---
+    skip_documents: list[Any] = field(default_factory=list)
+    """Training documents never supervised: store indices (`doc N` in `python -m
+    packlm.trace`) or "path:record" / "path" ids as the trace prints them (the store's
+    doc_ids, with or without the "source:" prefix); their tokens stay in the windows (the
+    plan is unchanged) but every label whose input or target is one of their tokens is -100."""
+    skip_steps: list[int] = field(default_factory=list)
+    """Optimizer steps whose batches are not trained: the next step's are taken instead
+    (the data after moves one step earlier). Numbered as a run without skip_steps logs them
+    (its global_step); `python -m packlm.trace` prints this "plan step" of every step."""
+
     @classmethod
     def _from_config_values(cls, values: dict[str, Any]) -> dict[str, Any]:
         """`data.separator='\\n\\n'` typed on a command line arrives as backslash + n (Hydra does
@@ -173,6 +184,7 @@ class DataConfig(ConfigGroup):
                 f"data.stride={self.stride} (a window would pass the next one's start)"
             )
         check_choice("data.pack_strategy", self.pack_strategy, PACK_STRATEGIES)
+        _check_skips(self.skip_documents, self.skip_steps)
         buffer = self.pack_buffer
         if not isinstance(buffer, int) or isinstance(buffer, bool) or buffer < 2:
             raise ConfigError(f"data.pack_buffer={buffer!r}: an integer >= 2 (documents)")
@@ -203,6 +215,26 @@ def parse_shard(value: Any) -> tuple[int, int] | None:
             f'data.shard={value!r}: expected "i/N", shard i of N with 0 <= i < N (e.g. 0/4)'
         )
     return int(match[1]), int(match[2])
+
+
+def _check_skips(documents: Any, steps: Any) -> None:
+    """data.skip_documents: indices >= 0 or non-empty ids; data.skip_steps: distinct steps >= 0."""
+    if not isinstance(documents, (list, tuple)):
+        raise ConfigError(f"data.skip_documents={documents!r}: a list of document indices or ids")
+    for i, d in enumerate(documents):
+        if isinstance(d, bool) or not (isinstance(d, int) and d >= 0 or isinstance(d, str) and d):
+            raise ConfigError(
+                f"data.skip_documents[{i}]={d!r}: a store document index >= 0 or an id "
+                '"path:record" as python -m packlm.trace prints it'
+            )
+    if not isinstance(steps, (list, tuple)):
+        raise ConfigError(f"data.skip_steps={steps!r}: a list of optimizer steps")
+    for i, k in enumerate(steps):
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ConfigError(f"data.skip_steps[{i}]={k!r}: an optimizer step >= 0")
+    if len(set(steps)) != len(steps):
+        twice = sorted({k for k in steps if list(steps).count(k) > 1})
+        raise ConfigError(f"data.skip_steps: steps {twice} are listed twice")
 
 
 def expand_escapes(text: str) -> str:

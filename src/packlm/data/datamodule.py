@@ -12,6 +12,8 @@ plain `lightning.Trainer`. What it needs from the Trainer it sets or checks itse
   that flag private, so the replacement itself is refused: `PlanDataLoader` raises a
   ConfigError naming the flag when it is rebuilt around another sampler.
 The train DataLoader is stateful (`state_dict`), so checkpoints resume mid-epoch exactly.
+data.skip_documents / data.skip_steps (`packlm.data.skip`) are resolved and logged at setup
+(an unknown document right after the store opens) and counted in every epoch's statistics.
 With data.curriculum the data position is also this module's state: Lightning reads the
 epoch's length before it restores the loader, and that length depends on the phase.
 """
@@ -31,6 +33,7 @@ from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.epoch.windows import validation_config
 from packlm.data.plan_logging import check_epoch_length, log_plan_statistics
 from packlm.data.plans import EpochPlans
+from packlm.data.skip import StepSkips, document_counts
 from packlm.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -74,8 +77,12 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         """Open the stores; under a Trainer, make it reload the loaders every epoch."""
         super().setup(stage)
         trainer = self.trainer
-        if trainer is None or stage is None:  # stage None: the plans' own calls (store())
+        if stage is None:  # the plans' own calls (store())
             return
+        self.skipped_documents()  # an unknown one fails now, right after the store opens
+        if trainer is None:
+            return
+        self._check_skips(trainer)
         reload = trainer.reload_dataloaders_every_n_epochs
         if reload == 0:  # Lightning's default: the first epoch's length would be kept
             trainer.reload_dataloaders_every_n_epochs = 1
@@ -85,6 +92,33 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
                 "every epoch has its own plan and length, so create it with "
                 "reload_dataloaders_every_n_epochs=1 (or leave it at its default)"
             )
+
+    def _check_skips(self, trainer: L.Trainer) -> None:
+        """Refuse data.skip_steps under limit_train_batches; say what is skipped (rank 0)."""
+        docs, steps = self.skipped_documents(), self.data.skip_steps
+        if not (len(docs) or steps):
+            return
+        limit = trainer.limit_train_batches
+        if steps and limit is not None and not (isinstance(limit, float) and limit >= 1.0):
+            raise ConfigError(
+                f"data.skip_steps: not with trainer.limit_train_batches={limit} (the steps are "
+                "numbered over whole epochs)"
+            )
+        if trainer.is_global_zero:
+            store, shown = self.store("train"), docs[:5].tolist()
+            names = ", ".join(f"{d} ({store.doc_id(d)})" for d in shown)
+            tokens = int(self._lengths["train"][docs].sum())
+            log.info(
+                "skipping %d document(s) [%s%s] (%s tokens, their labels dropped wherever "
+                "they are read) and %d step(s) %s (%d global batch(es) each)",
+                len(docs), names, ", ..." if len(docs) > len(shown) else "", f"{tokens:,}",
+                len(steps), sorted(steps), trainer.accumulate_grad_batches,
+            )  # fmt: skip
+
+    def _step_skips(self) -> StepSkips:
+        """data.skip_steps in the Trainer's steps (a stand-in without the setting: 1 batch)."""
+        accumulate = getattr(self.trainer, "accumulate_grad_batches", 1)
+        return StepSkips.of(self.data.skip_steps, accumulate)
 
     # --- dataloaders ---------------------------------------------------------------------
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -97,6 +131,7 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
             lambda e, p=None: self.plan(e, "train", p), self.data.batch_size, rank, world,
             epoch=self._trainer_epoch(), on_epoch=self._on_train_epoch,
             phases=self.phases if self.data.curriculum else None, position=self._position,
+            skip_documents=self.skipped_documents(), skip_steps=self._step_skips(),
         )  # fmt: skip
         self._restored = sampler.after_restore(self._restored)
         self._train_sampler = sampler
@@ -141,6 +176,30 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         check_epoch_length(self.trainer, self._train_sampler, epoch)
         if self.trainer.is_global_zero and self.trainer.loggers:
             self.log_plan_statistics(epoch)
+        if self.trainer.is_global_zero:
+            self.log_skips(epoch)
+
+    def log_skips(self, epoch: int) -> dict[str, int]:
+        """This epoch's share of data.skip_documents / data.skip_steps, logged and returned
+        (`data/skipped_*` to the loggers); nothing when neither is set. Under a curriculum the
+        documents are counted in the plan of the phase the epoch starts in."""
+        docs, sampler = self.skipped_documents(), self._train_sampler
+        if not (len(docs) or self.data.skip_steps) or sampler is None:
+            return {}
+        samples, tokens = document_counts(self.plan(epoch, "train", self._position.phase), docs)
+        at, total = sampler.position, sum(s.batches for s in sampler.segments())
+        first = at.batch + at.dropped
+        batches = sampler.skip_steps.count(at.steps, first, first + total)
+        counts = {"document_samples": samples, "document_tokens": tokens, "batches": batches}
+        log.info(
+            "epoch %d: %d sample(s) read %s token(s) of the skipped documents (not supervised);"
+            " %d global batch(es) (%s samples) of skipped steps are left out", epoch, samples,
+            f"{tokens:,}", batches, f"{batches * sampler.step:,}",
+        )  # fmt: skip
+        for logger in self.trainer.loggers:
+            scalars = {f"data/skipped_{k}": float(v) for k, v in counts.items()}
+            logger.log_metrics(scalars, step=self.trainer.global_step)
+        return counts
 
     def log_plan_statistics(self, epoch: int) -> dict[str, Any]:
         """The few statistics worth a line over epochs to the loggers (`data/...`, table:

@@ -27,6 +27,7 @@ from packlm.data.epoch.order import directory_groups
 from packlm.data.epoch.plan import EpochPlan, build_plan
 from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.epoch.windows import validation_config
+from packlm.data.skip import resolve_documents
 from packlm.data.store.prepared import DEFAULT_CACHE_DIR, prepare_stores
 from packlm.data.store.token_store import TokenStore
 from packlm.data.store.union import open_store
@@ -127,6 +128,15 @@ class EpochPlans:
                 self._stores[split] = store
                 lengths = np.diff(np.asarray(store.doc_offsets))  # int64 [n_docs], EOS included
                 self._lengths[split] = lengths + 1 if self.data.bos else lengths  # + the BOS
+
+    def skipped_documents(self) -> np.ndarray:
+        """int64 sorted training documents of data.skip_documents (resolved once, right after
+        the store is opened: an unknown index or id is a ConfigError before any training)."""
+        if "skip_documents" not in self._lengths:
+            self._lengths["skip_documents"] = resolve_documents(
+                self.store("train"), self.data.skip_documents
+            )
+        return self._lengths["skip_documents"]
 
     def store(self, split: str = "train") -> TokenStore:
         self.setup()

@@ -68,6 +68,8 @@ class Position:
     consumed: int = 0  # samples of the phase's plan of this epoch before the next batch
     tokens: int = 0  # supervised targets counted by the curriculum (all ranks)
     batch: int = 0  # global batches of this epoch handed out
+    steps: int = 0  # plan steps of the epochs before (data.skip_steps' numbering, packlm.data.skip)
+    dropped: int = 0  # global batches of this epoch left out by data.skip_steps
 
     def set(self, other: Position) -> None:
         """Take other's values in place (the object is shared by the epochs' samplers)."""

@@ -95,6 +95,7 @@ class WindowDataset(Dataset):
         tokens = np.full((batch.rows, t1), self.pad_id, dtype=np.int64)
         segments = np.full((batch.rows, t1), -1, dtype=np.int32)
         sources = np.full((batch.rows, t1), -1, dtype=self.source_dtype)
+        skipped = None if batch.skipped is None else np.zeros((batch.rows, t1), dtype=bool)
         p = len(row)
         if p:
             first = np.ones(p, dtype=bool)
@@ -115,7 +116,9 @@ class WindowDataset(Dataset):
             tokens[row[piece], column[piece] + within] = read
             segments[row[piece], column[piece] + within] = segment[piece]
             sources[row[piece], column[piece] + within] = self.store.doc_sources[doc][piece]
-        return Samples(tokens, segments, sources)
+            if skipped is not None:  # data.skip_documents: their labels are dropped in collate
+                skipped[row[piece], column[piece] + within] = batch.skipped[piece]
+        return Samples(tokens, segments, sources, skipped)
 
 
 class PlanDataLoader(DataLoader):
@@ -189,6 +192,7 @@ class PlanDataLoader(DataLoader):
         saved_batch = int(state.get("batch_size", sampler.batch_size))
         consumed = int(state["consumed"])
         default_batch = -(-consumed // (saved_world * saved_batch))  # a state before curriculum
+        check_step_skips(sampler, state, saved_world * saved_batch)
         sampler.resume(
             Position(
                 int(state["epoch"]),
@@ -196,12 +200,32 @@ class PlanDataLoader(DataLoader):
                 consumed,
                 int(state.get("tokens", 0)),
                 int(state.get("batch", default_batch)),
+                int(state.get("steps", 0)),
+                int(state.get("dropped", 0)),
             )
         )
         saved = (saved_world, saved_batch, state.get("num_workers", self.num_workers))
         now = (sampler.world_size, sampler.batch_size, self.num_workers)
         if saved != now and sampler.rank == 0 and sampler.epoch == int(state["epoch"]):
             log.info("%s", resume_message(sampler, saved, now))
+
+
+def check_step_skips(sampler: PlanSampler, state: dict[str, Any], saved_step: int) -> None:
+    """data.skip_steps numbers the plan's steps in global batches of the run's size, counted
+    from its start: refuse a resume that cannot keep that numbering."""
+    if not sampler.skip_steps:
+        return
+    if saved_step != sampler.step:
+        raise ConfigError(
+            f"data.skip_steps: the checkpoint's global batch is {saved_step} samples and this "
+            f"run's {sampler.step} (ranks x data.batch_size): skipped steps would name other "
+            "samples; resume with the same ranks and batch size, or without data.skip_steps"
+        )
+    if "steps" not in state and int(state["epoch"]) > 0:
+        raise ConfigError(
+            "data.skip_steps: the checkpoint is older than the step count it needs (written "
+            "after epoch 0 without one); resume without data.skip_steps"
+        )
 
 
 def resume_message(sampler: PlanSampler, saved: tuple, now: tuple) -> str:

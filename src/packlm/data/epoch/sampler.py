@@ -14,12 +14,17 @@ the rest of the order from `consumed` on by the same rule (`PlanDataLoader.load_
 With data.curriculum the epoch is a list of segments, one per phase it passes through
 (`packlm.data.epoch.curriculum`); every rank computes the same switches from the global
 batches' targets, so all switch at the same batch.
+
+data.skip_steps and data.skip_documents (`packlm.data.skip`) change no plan: the global
+batches of a skipped step are passed over (their samples and curriculum targets counted as
+if dealt), and the pieces of a skipped document are marked for the label mask.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -27,6 +32,7 @@ from torch.utils.data import Sampler
 
 from packlm.data.epoch.curriculum import Phase, Position, Segment, epoch_segments
 from packlm.data.epoch.plan import EpochPlan
+from packlm.data.skip import StepSkips
 
 
 class BatchPieces(NamedTuple):
@@ -35,6 +41,7 @@ class BatchPieces(NamedTuple):
     rows: int
     pieces: np.ndarray  # int64 [4, p]: row, store document, start in document, length
     window: int | None = None  # the phase's window (None: the dataset's)
+    skipped: np.ndarray | None = None  # bool [p]: a data.skip_documents piece; None: none
 
 
 class PlanSampler(Sampler):
@@ -43,6 +50,8 @@ class PlanSampler(Sampler):
     `plan_for(epoch)` gives the plan; with `phases` (a curriculum) `plan_for(epoch, phase)`.
     `position` (shared by the samplers of successive epochs, so the curriculum's phase and
     count carry over) is where training is; it moves when the loader hands a batch out.
+    `skip_documents` (int64 sorted store documents) and `skip_steps`: what is not trained
+    (`packlm.data.skip`); `skip_steps.accumulate` also numbers the plan steps of the epochs.
     """
 
     def __init__(
@@ -55,6 +64,8 @@ class PlanSampler(Sampler):
         on_epoch: Callable[[int], None] | None = None,
         phases: list[Phase] | None = None,
         position: Position | None = None,
+        skip_documents: np.ndarray | None = None,
+        skip_steps: StepSkips | None = None,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
@@ -65,6 +76,10 @@ class PlanSampler(Sampler):
         self.world_size = world_size
         self.on_epoch = on_epoch
         self.position = position if position is not None else Position()
+        self.skip_documents = (
+            skip_documents if skip_documents is not None and len(skip_documents) else None
+        )
+        self.skip_steps = skip_steps if skip_steps is not None else StepSkips()
         self.pending: deque[Position] = deque()  # positions after the batches yielded, in order
         self._segments: tuple[tuple[int, ...], list[Segment]] | None = None
         self._epoch_start = Position(**self.position.as_dict())  # where a new pass starts
@@ -95,7 +110,9 @@ class PlanSampler(Sampler):
         """A new epoch starts at its first sample, in the phase and count reached so far."""
         p = self.position
         if epoch != p.epoch:
-            p.set(Position(epoch, p.phase, 0, p.tokens, 0))
+            batches = p.batch + p.dropped + sum(s.batches for s in self.segments())
+            steps = p.steps + -(-batches // self.skip_steps.accumulate)  # the epoch's plan steps
+            p.set(Position(epoch, p.phase, 0, p.tokens, 0, steps, 0))
             self._epoch_start = Position(**p.as_dict())
 
     def set_epoch(self, epoch: int) -> None:
@@ -146,7 +163,10 @@ class PlanSampler(Sampler):
         """Batches of the whole epoch on every rank (also when resuming mid-epoch), plus
         `batches_before`: resumed from the last batch of an epoch, Lightning goes on counting
         the next epoch's batches from that epoch's count when the next one is longer."""
-        return self.batches_before + self.position.batch + sum(s.batches for s in self.segments())
+        p, left = self.position, sum(s.batches for s in self.segments())
+        first = p.batch + p.dropped  # the plan global batch of the epoch the position is at
+        left -= self.skip_steps.count(p.steps, first, first + left) if self.skip_steps else 0
+        return self.batches_before + p.batch + left
 
     def __iter__(self) -> Iterator[BatchPieces]:
         self.pending.clear()
@@ -162,6 +182,23 @@ class PlanSampler(Sampler):
                 positions = base + mine
                 ids = plan.sample_ids(positions[positions < n])
                 tokens = at.tokens + (int(seg.targets[j]) if seg.targets is not None else 0)
-                at = Position(at.epoch, seg.phase, min(n, base + self.step), tokens, at.batch + 1)
+                consumed = min(n, base + self.step)
+                if self.skip_steps and self.skip_steps.dropped(at.steps, at.batch + at.dropped):
+                    at = replace(
+                        at,
+                        phase=seg.phase,
+                        consumed=consumed,
+                        tokens=tokens,
+                        dropped=at.dropped + 1,
+                    )
+                    continue  # data.skip_steps: passed over, never dealt
+                at = replace(
+                    at, phase=seg.phase, consumed=consumed, tokens=tokens, batch=at.batch + 1
+                )
                 self.pending.append(at)
-                yield BatchPieces(self.batch_size, np.stack(plan.pieces(ids)), window)
+                pieces = np.stack(plan.pieces(ids))
+                skipped = None
+                if self.skip_documents is not None:
+                    skipped = np.isin(pieces[1], self.skip_documents)  # [p]
+                    skipped = skipped if skipped.any() else None
+                yield BatchPieces(self.batch_size, pieces, window, skipped)
