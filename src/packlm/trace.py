@@ -437,10 +437,27 @@ USAGE = (
 )
 
 
+HELP = """\
+What a step trained on, from the run's saved config alone (no replay): for every row of the
+global batch, its samples and their pieces (store document, source and record, token and text
+spans, supervised targets).
+
+  step=N          the optimizer step as the run logged it (its plan step is printed too)
+  epoch=E batch=B a global batch of an epoch instead
+  rank=R          only the rows of rank R
+  world=W         the number of ranks (default: the run's)
+  --json          JSON for tools instead of text
+
+More: docs/trace.md"""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     from packlm.errors import one_line_errors
 
+    if argv and argv[0] in ("-h", "--help"):
+        print(f"{USAGE}\n\n{HELP}")
+        return 0
     with one_line_errors(ConfigError, OSError):
         opts, paths = {}, []
         for a in argv:

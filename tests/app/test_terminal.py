@@ -78,7 +78,7 @@ def test_tool_help_shows_only_its_keys_without_torch(module):
         assert group not in text
 
 
-@pytest.mark.parametrize("module", ["packlm.compare", "packlm.cache"])
+@pytest.mark.parametrize("module", ["packlm.compare", "packlm.cache", "packlm.trace"])
 def test_argparse_tools_answer_help_without_torch(module):
     out, imported = _train_py("--help", module=module)
     assert out.returncode == 0, out.stderr
