@@ -25,6 +25,7 @@ class Samples:
     tokens: np.ndarray  # int64 [B, T+1]: the tokens read, PAD where none
     segments: np.ndarray  # int32 [B, T+1]: document index inside the row, -1 where PAD
     sources: np.ndarray | None = None  # int16 [B, T+1]: the document's store source, -1 on PAD
+    documents: np.ndarray | None = None  # int32 [B, T+1]: the store document, -1 on PAD (val)
 
 
 def collate(samples: Samples, packing: str, varlen: bool = False) -> dict[str, torch.Tensor]:
@@ -35,7 +36,9 @@ def collate(samples: Samples, packing: str, varlen: bool = False) -> dict[str, t
 def collate_arrays(samples: Samples, packing: str, varlen: bool = False) -> dict[str, np.ndarray]:
     """`collate` as numpy arrays: what DataLoader workers send back, because numpy arrays
     pickle through the pipe about 8x faster than tensors through shared memory."""
-    return make_batch(samples.tokens, samples.segments, packing, varlen, samples.sources)
+    return make_batch(
+        samples.tokens, samples.segments, packing, varlen, samples.sources, samples.documents
+    )
 
 
 def to_tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:

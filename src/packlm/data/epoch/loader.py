@@ -55,13 +55,23 @@ class WindowDataset(Dataset):
     With `bos_id` (data.bos) every document is read as [BOS, its tokens..., EOS]: the plan's
     document lengths count the BOS, position 0 of a document is BOS and position p >= 1 is
     the store's token p-1, so no store holds the BOS and its first real token is a target.
+    With `documents` the batch also names each token's store document (`document_ids`, for
+    validation's per-document losses).
     """
 
-    def __init__(self, store_path: str | Path, window: int, pad_id: int, bos_id: int | None = None):
+    def __init__(
+        self,
+        store_path: str | Path,
+        window: int,
+        pad_id: int,
+        bos_id: int | None = None,
+        documents: bool = False,
+    ):
         self.store_path = Path(store_path)
         self.window = window
         self.pad_id = pad_id
         self.bos_id = bos_id
+        self.documents = documents
         self._store: TokenStore | None = None
         self._source_dtype: np.dtype | None = None
 
@@ -89,6 +99,8 @@ class WindowDataset(Dataset):
         tokens = np.full((batch.rows, t1), self.pad_id, dtype=np.int64)
         segments = np.full((batch.rows, t1), -1, dtype=np.int32)
         sources = np.full((batch.rows, t1), -1, dtype=self.source_dtype)
+        doc_dtype = np.int32 if self.store.n_docs < 2**31 else np.int64
+        documents = np.full((batch.rows, t1), -1, dtype=doc_dtype) if self.documents else None
         p = len(row)
         if p:
             first = np.ones(p, dtype=bool)
@@ -109,7 +121,9 @@ class WindowDataset(Dataset):
             tokens[row[piece], column[piece] + within] = read
             segments[row[piece], column[piece] + within] = segment[piece]
             sources[row[piece], column[piece] + within] = self.store.doc_sources[doc][piece]
-        return Samples(tokens, segments, sources)
+            if documents is not None:
+                documents[row[piece], column[piece] + within] = doc[piece]
+        return Samples(tokens, segments, sources, documents)
 
 
 class PlanDataLoader(DataLoader):
