@@ -99,8 +99,10 @@ class WindowDataset(Dataset):
         tokens = np.full((batch.rows, t1), self.pad_id, dtype=np.int64)
         segments = np.full((batch.rows, t1), -1, dtype=np.int32)
         sources = np.full((batch.rows, t1), -1, dtype=self.source_dtype)
-        doc_dtype = np.int32 if self.store.n_docs < 2**31 else np.int64
-        documents = np.full((batch.rows, t1), -1, dtype=doc_dtype) if self.documents else None
+        documents = None
+        if self.documents:
+            dtype = np.int32 if self.store.n_docs < 2**31 else np.int64
+            documents = np.full((batch.rows, t1), -1, dtype=dtype)
         p = len(row)
         if p:
             first = np.ones(p, dtype=bool)
