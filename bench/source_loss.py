@@ -122,7 +122,9 @@ def main() -> None:
         root = Path(tmp)
         train, val = synthetic_store(root / "train", 8000, 1), synthetic_store(root / "val", 400, 2)
         prepared = PreparedData(None, root, train.path, val.path, train.manifest, val.manifest)
-        print(f"{precision}, {args.device}, {torch.get_num_threads()} thread(s); stores: {train.n_tokens:,} / {val.n_tokens:,} tokens")
+        threads = torch.get_num_threads()
+        print(f"{precision}, {args.device}, {threads} thread(s); stores: {train.n_tokens:,} / "
+              f"{val.n_tokens:,} tokens")  # fmt: skip
         for every in (1, 10):
             block = 5 if every == 1 else 10
             dm = PackedDataModule(prepared=prepared, window=T, stride=T, batch_size=B,
@@ -133,7 +135,8 @@ def main() -> None:
             switched = Switched()
             blocks = Blocks(switched, block)
             trainer = L.Trainer(
-                accelerator=args.device, devices=1, precision=precision, max_steps=args.blocks * block + 1,
+                accelerator=args.device, devices=1, precision=precision,
+                max_steps=args.blocks * block + 1,
                 logger=TensorBoardLogger(str(root / "tb")), log_every_n_steps=every,
                 callbacks=[StepMetrics(), switched, blocks], enable_checkpointing=False,
                 enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
