@@ -10,8 +10,9 @@ import pytest
 import torch
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.data import DataLoader
 
-from helpers.models import V, tiny_config
+from helpers.models import V, cat_rows, pack_row, random_docs, tiny_config
 from packlm.batch import supervised_by_source
 from packlm.callbacks import SourceLosses, StepMetrics
 from packlm.callbacks.source_loss import HARDEST, TRAIN, VAL
@@ -19,6 +20,7 @@ from packlm.data.datamodule import PackedDataModule
 from packlm.data.store.prepared import PreparedData
 from packlm.data.store.token_store import write_store
 from packlm.model.lit_module import LitCausalLM
+from packlm.model.loss import cross_entropy_per_target
 
 T = 16
 NAMES = ["a", "b", "c"]
@@ -138,3 +140,64 @@ def test_validation_source_losses_and_the_hardest_documents(prepared, tmp_path):
     for line in lines:  # the store index and id, as `python -m packlm.trace` prints them
         document, doc_id = line.split("|")[6].strip(), line.split("|")[7].strip(" `")
         assert val.doc_id(int(document)) == doc_id
+
+
+def with_sources(batch: dict, sources: list[list[int]]) -> dict:
+    """A packed batch with the source of each row's documents (-1 on PAD)."""
+    seg = batch["segment_ids"]
+    table = torch.tensor([s + [-1] * (seg.shape[1] - len(s)) for s in sources])
+    src = torch.where(seg >= 0, table.gather(1, seg.clamp(min=0).long()), -1)
+    return {**batch, "source_ids": src.to(torch.int16)}
+
+
+A = with_sources(
+    cat_rows(pack_row(random_docs([7, 8], 1), T), pack_row(random_docs([15], 2), T)),
+    [[0, 2], [1]],
+)
+B = with_sources(cat_rows(pack_row(random_docs([3, 5], 3), T), pack_row([], T)), [[2, 2], [0]])
+SHARDS = [(A, B), (B, B)]  # rank r's two micro-batches of the one step (the ranks differ)
+
+
+class RankShards(LitCausalLM):
+    def train_dataloader(self):
+        return DataLoader(list(SHARDS[self.global_rank]), batch_size=None)
+
+
+class SavedSourceLosses(SourceLosses):
+    """Rank 0 saves what the step logged (ddp_spawn: the test reads it from a file)."""
+
+    def __init__(self, out: str):
+        super().__init__()
+        self.out, self.train_sources = out, NAMES
+
+    def on_train_end(self, trainer, pl_module):
+        if trainer.is_global_zero:
+            metrics = trainer.callback_metrics
+            torch.save({k: float(v) for k, v in metrics.items() if k.startswith(TRAIN)}, self.out)
+
+
+@pytest.mark.slow
+def test_two_ddp_ranks_with_accumulation_give_the_brute_force_source_losses(tmp_path):
+    out = tmp_path / "rank0.pt"
+    torch.manual_seed(0)
+    lit = RankShards(tiny_config(context_length=T), {"warmup_steps": 0})
+    expected = np.zeros((2, 3))
+    with torch.no_grad():  # the step's weights: the first step sees the initial ones
+        for batch in [*SHARDS[0], *SHARDS[1]]:
+            logits = lit(batch["input_ids"], batch["segment_ids"], batch["position_ids"])
+            ce = cross_entropy_per_target(logits, batch["labels"]).double().numpy()
+            target = batch["labels"].numpy() != -100
+            src = batch["source_ids"].numpy()[target]
+            expected[0] += np.bincount(src, weights=ce[target], minlength=3)
+            expected[1] += np.bincount(src, minlength=3)
+    ddp = L.Trainer(
+        accelerator="cpu", devices=2, strategy="ddp_spawn", max_steps=1, logger=False,
+        accumulate_grad_batches=2, log_every_n_steps=1, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+        use_distributed_sampler=False, callbacks=[SavedSourceLosses(str(out))],
+    )  # fmt: skip
+    ddp.fit(lit)
+    got = torch.load(out)
+    assert expected[1].min() > 0
+    for i, name in enumerate(NAMES):
+        assert got[TRAIN + name] == pytest.approx(expected[0, i] / expected[1, i], rel=1e-6)
