@@ -80,10 +80,14 @@ def write_parquet(table: dict[str, np.ndarray], path: str | Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns = {}
-    for c in COLUMNS:
-        values = table[c].tolist()
-        columns[c] = pa.array([None if _missing(v) else v for v in values])
+    types = {"source": pa.string(), "doc_id": pa.string(), "path": pa.string(),
+             "loss": pa.float64(), "bpb": pa.float64()}  # fmt: skip
+    columns = {
+        c: pa.array(
+            [None if _missing(v) else v for v in table[c].tolist()], types.get(c, pa.int64())
+        )
+        for c in COLUMNS
+    }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(columns), path)

@@ -131,6 +131,8 @@ def test_the_parquet_table_equals_the_csv(held_out, tmp_path):
     keys = {"val_sources": [f"{texts}/*.txt"], "window": 8}
     written = evaluate(ckpt, keys, tmp_path, per_document_path=tmp_path / "t.csv")["per_document"]
     assert written["parquet"] == str(tmp_path / "t.parquet") and written["note"] is None
+    types = {f.name: str(f.type) for f in pq.read_schema(written["parquet"])}
+    assert types["record"] == types["supervised"] == "int64" and types["loss"] == "double"
     table = pq.read_table(written["parquet"]).to_pylist()
     rows = read_csv(written["csv"])
     assert [list(r) for r in table] == [list(r) for r in rows]  # the same columns, in order
