@@ -64,8 +64,8 @@ def table_path(per_document: bool, path: str | None) -> Path | None:
     path = Path(path or DEFAULT_TABLE)
     if path.suffix == ".parquet":
         raise ConfigError(
-            f"per_document_path={path}: names the CSV (the Parquet table goes beside it, "
-            f"{path.with_suffix('.parquet').name}); give a .csv path"
+            f"per_document_path={path}: names the CSV (the Parquet table goes beside it, with "
+            f"the suffix .parquet); give a .csv path such as {path.with_suffix('.csv')}"
         )
     return path
 
