@@ -60,9 +60,6 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
             self.set_token_byte_lengths(token_byte_lengths)
         self.loss_scale = 1.0 / self.model_config.context_length  # s in packlm.model.loss
         self._eval: Tensor | None = None  # [nats, supervised, bytes] of the eval loop so far
-        # float32 [B, T] CE of the last batch (0 where no target), detached: losses by source
-        # and by document read it (`packlm.callbacks.SourceLosses`), no second forward
-        self.last_target_ce: Tensor | None = None
         self._warmup_end_s: float | None = None  # Timer seconds at warmup's end (checkpointed)
 
     # --- plumbing -------------------------------------------------------------------------
@@ -104,7 +101,7 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
 
     def _sum_ce(self, batch: Mapping[str, Tensor], weights: Tensor | None = None):
         """(sum of (weighted) CE over the supervised targets of a batch (0 if none), float32
-        [B, T] CE); keeps the CE as `last_target_ce`."""
+        [B, T] CE); keeps the CE as `last_target_ce` (ExactStepLoss's)."""
         weighted, ce = self._cross_entropy(batch, weights)
         self.last_target_ce = ce.detach()
         return weighted, ce
