@@ -10,7 +10,15 @@ import pytest
 
 import packlm.batch
 from helpers.plans import all_batches, config, plan_of, position_dataset
-from packlm.batch import IGNORE_INDEX, KEYS, SOURCE_KEY, VARLEN_KEYS, make_batch, piece_targets
+from packlm.batch import (
+    DOCUMENT_KEY,
+    IGNORE_INDEX,
+    KEYS,
+    SOURCE_KEY,
+    VARLEN_KEYS,
+    make_batch,
+    piece_targets,
+)
 from packlm.data.epoch.curriculum import sample_targets
 
 LENGTHS = [3, 1, 6, 2, 9, 1, 4]
@@ -20,9 +28,10 @@ def test_the_documented_table_names_exactly_the_keys_made():
     documented = re.findall(r"^\| `(\w+)` \|", packlm.batch.__doc__, flags=re.M)
     tokens = np.arange(12).reshape(2, 6)
     segments = np.array([[0, 0, 1, 1, 1, -1], [0, 0, 0, 0, 0, 0]], dtype=np.int32)
-    assert documented == [*KEYS, *VARLEN_KEYS, SOURCE_KEY]
+    assert documented == [*KEYS, *VARLEN_KEYS, SOURCE_KEY, DOCUMENT_KEY]
     assert list(make_batch(tokens, segments, "document")) == list(KEYS)
-    made = make_batch(tokens, segments, "document", varlen=True, sources=segments.astype(np.int16))
+    made = make_batch(tokens, segments, "document", varlen=True, sources=segments.astype(np.int16),
+                      documents=segments)  # fmt: skip
     assert sorted(made) == sorted(documented)
 
 

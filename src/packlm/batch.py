@@ -14,6 +14,7 @@ arrays:
 | `cu_seqlens` | int32 [S+1] | only with `varlen`: starts of the S runs of equal segment id over the flattened B*T tokens (a run never spans two rows; a row's PAD tail is one run), then B*T |
 | `max_seqlen` | int64 [] | only with `varlen`: the longest run |
 | `source_ids` | int16 [B, T] (int32 past 32767 sources) | the store source (`manifest["sources"]` index) of each input token's document; -1 on PAD. Supervised tokens per source = `bincount(source_ids[labels != IGNORE_INDEX])`, which sums to supervised exactly (in `stream` packing a target across documents counts for its input token's source) |
+| `document_ids` | int32 [B, T] (int64 past 2^31-1 documents) | validation batches only: the store document of each input token; -1 on PAD. A target belongs to its input token's document, as for `source_ids` (per-document losses: `packlm.document_losses`) |
 
 `cu_seqlens` / `max_seqlen` are what varlen attention kernels take (flash-attn's
 `flash_attn_varlen_func`; Hugging Face's flash-attention path as `cu_seq_lens_q/k` and
@@ -37,6 +38,8 @@ IGNORE_INDEX = -100
 KEYS = ("input_ids", "labels", "segment_ids", "position_ids")
 SOURCE_KEY = "source_ids"
 """Added by packlm's loader (`WindowDataset` knows each document's source)."""
+DOCUMENT_KEY = "document_ids"
+"""Added by packlm's validation loader (`WindowDataset(documents=True)`)."""
 VARLEN_KEYS = ("cu_seqlens", "max_seqlen")
 
 
@@ -47,11 +50,13 @@ def make_batch(
     varlen: bool = False,
     sources: np.ndarray | None = None,
     skipped: np.ndarray | None = None,
+    documents: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """tokens int64 [B, T+1] (PAD where none), segments int32 [B, T+1] (-1 where PAD),
     sources int16/int32 [B, T+1] (-1 where PAD; None: no `source_ids`), skipped bool [B, T+1]
-    (tokens of data.skip_documents; None: none) -> the batch above; in `stream` packing a row
-    is one segment (targets cross documents)."""
+    (tokens of data.skip_documents; None: none), documents int32/int64 [B, T+1] (-1 where PAD;
+    None: no `document_ids`) -> the batch above; in `stream` packing a row is one segment
+    (targets cross documents)."""
     seg = np.where(segments >= 0, 0, -1).astype(np.int32) if packing == "stream" else segments
     seg_in = np.ascontiguousarray(seg[:, :-1], dtype=np.int32)
     batch = {
@@ -61,7 +66,9 @@ def make_batch(
         "position_ids": positions(seg_in),
     }
     if sources is not None:
-        batch["source_ids"] = np.ascontiguousarray(sources[:, :-1])
+        batch[SOURCE_KEY] = np.ascontiguousarray(sources[:, :-1])
+    if documents is not None:
+        batch[DOCUMENT_KEY] = np.ascontiguousarray(documents[:, :-1])
     if varlen:
         batch["cu_seqlens"], batch["max_seqlen"] = varlen_runs(seg_in)
     return batch

@@ -83,6 +83,9 @@ EVALUATE_KEYS = {
     "data.separator": "Text between documents (null: the checkpoint's).",
     "data.encoding_errors": "Invalid UTF-8: replace or error (null: the checkpoint's).",
     "data.batch_size": "Windows per forward pass.",
+    "per_document": "Also write every document's loss, hardest first (CSV; Parquet w/ pyarrow).",
+    "per_document_path": "The per-document CSV (null: ./per_document.csv), Parquet beside it. "
+    "Setting it turns per_document on.",
     "cache_dir": "Where the scored documents' token store is cached.",
     "device": "torch device: cpu, cuda, cuda:1, mps.",
 }

@@ -6,6 +6,11 @@ training and encoded with the checkpoint's own tokenizer. Prints JSON: loss (nat
 supervised token), ppl, bits per byte and the token counts, after a progress bar over the
 windows and the same figures as a table on stderr. Window, packing and the reader
 options are the checkpoint's unless given (data.window=..., data.packing=...).
+
+`per_document=true` also writes the loss of every document, hardest first
+(`packlm.document_losses`): a CSV at `per_document_path` (default `per_document.csv` in
+the working directory) and a Parquet table beside it where pyarrow is installed; the JSON
+names both (`per_document`), stderr says where they went.
 """
 
 from __future__ import annotations
@@ -49,14 +54,34 @@ def eval_data_config(saved: dict[str, Any], overrides: dict[str, Any]) -> DataCo
     return DataConfig.from_mapping(values)
 
 
+DEFAULT_TABLE = "per_document.csv"
+
+
+def table_path(per_document: bool, path: str | None) -> Path | None:
+    """Where the per-document CSV goes (None: no table); a given path turns the table on."""
+    if not per_document and not path:
+        return None
+    path = Path(path or DEFAULT_TABLE)
+    if path.suffix == ".parquet":
+        raise ConfigError(
+            f"per_document_path={path}: names the CSV (the Parquet table goes beside it, with "
+            f"the suffix .parquet); give a .csv path such as {path.with_suffix('.csv')}"
+        )
+    return path
+
+
 def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: str | Path,
-             device: str = "cpu", progress: bool = False) -> dict[str, Any]:  # fmt: skip
+             device: str = "cpu", progress: bool = False,
+             per_document_path: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """The JSON result; with `per_document_path`, also the per-document tables there."""
     import torch  # not for `--help`
 
+    from packlm.batch import DOCUMENT_KEY
     from packlm.checkpoint.load import load_checkpoint, tokenizer_config_of
     from packlm.data.datamodule import PackedDataModule
     from packlm.data.store.prepared import prepare_stores
     from packlm.model.loss import IGNORE_INDEX, head_cross_entropy
+    from packlm.model.source_loss import GroupTotals
     from packlm.model.transformer import Transformer
 
     with torch.no_grad():
@@ -80,6 +105,7 @@ def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: s
         model.to(device).eval()
         byte_lengths = torch.as_tensor(ckpt.tokenizer.token_byte_lengths(), device=device)  # [V]
         nats, supervised, n_bytes, windows = 0.0, 0, 0, 0
+        by_document = GroupTotals(dm.store("val").n_docs) if per_document_path else None
         loader = dm.val_dataloader()
         for batch in tqdm(
             loader, total=len(loader), desc="scoring", unit="batch", disable=not progress
@@ -90,7 +116,9 @@ def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: s
                 batch["segment_ids"],
                 batch["position_ids"],
             )  # [B, T] each
-            sum_ce, _ = head_cross_entropy(model, model, inputs, batch["labels"])  # the loss's path
+            sum_ce, ce = head_cross_entropy(model, model, inputs, batch["labels"])  # the loss's
+            if by_document is not None:  # ce [B, T]: per target, from the same pass
+                by_document.add(ce, batch["labels"], batch[DOCUMENT_KEY], byte_lengths)
             mask = batch["labels"] != IGNORE_INDEX  # [B, T]
             nats += float(sum_ce)
             supervised += int(mask.sum())
@@ -100,7 +128,7 @@ def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: s
         if supervised == 0:
             raise ValueError(f"data.val_sources={list(data.sources)}: no token to score")
         loss = nats / supervised
-        return {
+        result = {
             "ckpt_path": str(ckpt_path),
             "sources": list(map(str, data.sources)),
             "loss": loss,
@@ -114,6 +142,16 @@ def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: s
             "window": data.window,
             "packing": data.packing,
         }
+        if by_document is not None:
+            result["per_document"] = _write_table(by_document, store, data.bos, per_document_path)
+        return result
+
+
+def _write_table(totals, store, bos: bool, path: str | Path) -> dict[str, str | None]:
+    from packlm.document_losses import document_table, write_tables
+
+    doc_nats, doc_targets, doc_bytes = totals.take().cpu().numpy()
+    return write_tables(document_table(store, doc_nats, doc_targets, doc_bytes, bos), path)
 
 
 def summary_table(result: dict[str, Any]) -> str:
@@ -135,8 +173,14 @@ def main(cfg: DictConfig) -> None:
     HYDRA_FULL_ERROR=1 shows the traceback."""
     with one_line_errors(ValueError, OSError, ImportError, StoreError, MissingMandatoryValue):
         overrides = OmegaConf.to_container(cfg.data, resolve=True, throw_on_missing=True)
-        result = evaluate(cfg.ckpt_path, overrides, cfg.cache_dir, cfg.device, progress=True)
+        table = table_path(cfg.get("per_document", False), cfg.get("per_document_path"))
+        result = evaluate(cfg.ckpt_path, overrides, cfg.cache_dir, cfg.device, progress=True,
+                          per_document_path=table)  # fmt: skip
     print(summary_table(result), file=sys.stderr)
+    written = result.get("per_document")
+    if written:
+        print(f"per-document losses (hardest first): {written['csv']}", file=sys.stderr)
+        print(f"  {written['parquet'] or written['note']}", file=sys.stderr)
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")
 

@@ -3,9 +3,11 @@ checkpoint's tokenizer, and the same loss a direct forward gives."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +15,7 @@ import torch.nn.functional as F
 
 from packlm.checkpoint.contents import KEY
 from packlm.errors import ConfigError
-from packlm.evaluate import evaluate
+from packlm.evaluate import evaluate, table_path
 from packlm.model import fused
 from packlm.model.lit_module import LitCausalLM
 from packlm.tokenizer import Tokenizer, train_bpe_from_iterator
@@ -66,15 +68,19 @@ def test_command_prints_json(held_out, tmp_path):
     ckpt, texts, _, _ = held_out
     out = subprocess.run(
         [sys.executable, "-m", "packlm.evaluate", f"ckpt_path={ckpt}",
-         f"data.val_sources=[{texts}/0.txt]", "data.window=8", f"cache_dir={tmp_path}"],
-        capture_output=True, text=True, timeout=120,
+         f"data.val_sources=[{texts}/0.txt]", "data.window=8", f"cache_dir={tmp_path}",
+         "per_document=true"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert (result["documents"], result["window"], result["packing"]) == (1, 8, "none")
     assert result["supervised_tokens"] == result["tokens"] - 1 and result["windows"] >= 2
     assert "scoring" in out.stderr  # the progress bar
-    table = dict(line.rsplit(None, 1) for line in out.stderr.splitlines()[-8:])
+    assert result["per_document"]["csv"] == "per_document.csv"  # in the working directory
+    assert "per-document losses (hardest first): per_document.csv" in out.stderr
+    assert len(read_csv(tmp_path / "per_document.csv")) == 1
+    table = dict(line.rsplit(None, 1) for line in out.stderr.splitlines()[-10:-2])
     assert table["bits per byte"] == f"{result['bpb']:.4f}"
     assert table["supervised"] == f"{result['supervised_tokens']:,}"
 
@@ -85,3 +91,76 @@ def test_needs_files_to_score(held_out, tmp_path):
         evaluate(ckpt, {"val_sources": None}, tmp_path)
     with pytest.raises(ValueError, match=r"data.val_sources\[0\]=.*missing.txt"):
         evaluate(ckpt, {"val_sources": [str(tmp_path / "missing.txt")]}, tmp_path)
+
+
+def read_csv(path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("window", [32, 8])  # 8: the documents span several windows
+def test_per_document_losses_are_the_direct_forwards_and_add_up_to_the_total(
+    held_out, tmp_path, window
+):
+    ckpt, texts, tok, module = held_out
+    keys = {"val_sources": [f"{texts}/*.txt"], "window": window}
+    result = evaluate(ckpt, keys, tmp_path, per_document_path=tmp_path / "docs.csv")
+    rows = read_csv(result["per_document"]["csv"])
+    assert sorted(int(r["document"]) for r in rows) == list(range(result["documents"]))
+    losses = [float(r["loss"]) for r in rows]
+    assert losses == sorted(losses, reverse=True)  # hardest first
+    assert [int(r["rank"]) for r in rows] == [1, 2, 3]
+    targets = [int(r["supervised"]) for r in rows]
+    assert sum(targets) == result["supervised_tokens"]
+    total = sum(x * n for x, n in zip(losses, targets, strict=True)) / sum(targets)
+    assert total == pytest.approx(result["loss"], rel=1e-6)
+    eos = tok.special_token_ids["<|endoftext|>"]
+    with torch.no_grad():
+        for r in rows:  # each document alone, in one window of the model's 32
+            text = DOCS[int(r["path"].rsplit("/", 1)[-1].split(".")[0])]
+            ids = torch.tensor([tok.encode(text) + [eos]])  # [1, n]
+            direct = F.cross_entropy(module(ids[:, :-1])[0], ids[0, 1:]).item()
+            assert float(r["loss"]) == pytest.approx(direct, rel=1e-5)
+            assert int(r["tokens"]) == ids.shape[1] and int(r["supervised"]) == ids.shape[1] - 1
+            assert r["source"] and r["doc_id"].endswith(r["path"])
+
+
+def test_the_parquet_table_equals_the_csv(held_out, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet", reason='pip install "packlm[arrow]"')
+    ckpt, texts, _, _ = held_out
+    keys = {"val_sources": [f"{texts}/*.txt"], "window": 8}
+    written = evaluate(ckpt, keys, tmp_path, per_document_path=tmp_path / "t.csv")["per_document"]
+    assert written["parquet"] == str(tmp_path / "t.parquet") and written["note"] is None
+    types = {f.name: str(f.type) for f in pq.read_schema(written["parquet"])}
+    assert types["record"] == types["supervised"] == "int64" and types["loss"] == "double"
+    table = pq.read_table(written["parquet"]).to_pylist()
+    rows = read_csv(written["csv"])
+    assert [list(r) for r in table] == [list(r) for r in rows]  # the same columns, in order
+    for a, b in zip(table, rows, strict=True):
+        assert {k: "" if v is None else str(v) for k, v in a.items()} == b
+
+
+def test_without_pyarrow_only_the_csv_is_written_and_said_so(held_out, tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pyarrow(name, *args, **kwargs):
+        if name.startswith("pyarrow"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    ckpt, texts, _, _ = held_out
+    keys = {"val_sources": [f"{texts}/0.txt"]}
+    written = evaluate(ckpt, keys, tmp_path, per_document_path=tmp_path / "t.csv")["per_document"]
+    assert written["parquet"] is None and "pyarrow" in written["note"]
+    assert len(read_csv(written["csv"])) == 1 and not (tmp_path / "t.parquet").exists()
+
+
+def test_the_table_path_names_the_csv():
+    assert table_path(False, None) is None
+    assert table_path(True, None) == Path("per_document.csv")
+    assert table_path(False, "out/t.csv") == Path("out/t.csv")  # a path turns the table on
+    with pytest.raises(ConfigError, match=r"^per_document_path=x\.parquet: names the CSV"):
+        table_path(True, "x.parquet")

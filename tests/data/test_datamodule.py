@@ -296,3 +296,21 @@ def test_bos_makes_every_first_token_a_target_and_counts_follow(prepared):
     assert starts.any() and (batch["input_ids"][:, 1:][starts] == bos_id).all()
     stats = bos.plan_statistics(0, "val")
     assert stats["supervised_tokens"] == int(VAL_LENGTHS.sum())
+
+
+def test_validation_batches_name_each_tokens_store_document(prepared):
+    """`document_ids`: a target belongs to its input token's document (a position store:
+    token id = store position, so the document is found from the id)."""
+    dm = module(prepared, packing="document")
+    dm.setup("fit")
+    assert "document_ids" not in next(iter(dm.train_dataloader()))
+    offsets = np.asarray(dm.store("val").doc_offsets)
+    seen = set()
+    for batch in dm.val_dataloader():
+        ids, docs = batch["input_ids"].numpy(), batch["document_ids"].numpy()
+        real = batch["segment_ids"].numpy() >= 0
+        assert docs.dtype == np.int32 and (docs[~real] == -1).all()
+        expected = np.searchsorted(offsets, ids[real], side="right") - 1
+        assert np.array_equal(docs[real], expected)
+        seen.update(docs[real].tolist())
+    assert seen == set(range(len(VAL_LENGTHS)))

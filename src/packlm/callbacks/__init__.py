@@ -1,6 +1,8 @@
 """Lightning callbacks of the training run, one concern each.
 
 - `step_metrics.py`: `StepMetrics` logs loss, lr, grad norm, token counts and throughput.
+- `source_loss.py`: `SourceLosses`, the loss of each data source (train and validation) and
+  the hardest validation documents.
 - `token_axis.py`: `SupervisedTokenAxis` logs the curves again against supervised tokens
   (the `Loss/` group TensorBoard opens first: `packlm.train.tensorboard.RunTensorBoard`).
 - `budget.py`: `SupervisedTokenBudget` stops after `train.max_supervised_tokens`.
@@ -32,6 +34,7 @@ from packlm.callbacks.progress_bar import (
     rich_available,
 )
 from packlm.callbacks.resumed_settings import ResumedSettings
+from packlm.callbacks.source_loss import SourceLosses
 from packlm.callbacks.step_metrics import StepMetrics
 from packlm.callbacks.token_axis import SupervisedTokenAxis
 from packlm.callbacks.views import (
@@ -55,6 +58,7 @@ __all__ = [
     "HParams",
     "LastCheckpoint",
     "ResumedSettings",
+    "SourceLosses",
     "StepMetrics",
     "SupervisedTokenAxis",
     "SupervisedTokenBudget",

@@ -113,9 +113,7 @@ class StepMetrics(L.Callback):
 
     @staticmethod
     def _is_logging_step(trainer: L.Trainer) -> bool:
-        """The steps on which the Trainer writes to its loggers (every log_every_n_steps)."""
-        every = trainer.log_every_n_steps
-        return bool(trainer.fast_dev_run) or (every > 0 and trainer.global_step % every == 0)
+        return is_logging_step(trainer, trainer.global_step)
 
     def _log(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Step loss, lr, grad norm (before clipping), cumulative and per-step counts,
@@ -145,6 +143,13 @@ class StepMetrics(L.Callback):
             on_epoch=False, batch_size=1,
         )  # fmt: skip
         self._since_log = dict.fromkeys(("seconds", *COUNTS), 0.0)
+
+
+def is_logging_step(trainer: L.Trainer, step: int) -> bool:
+    """Whether the Trainer writes to its loggers when global_step has become `step` (every
+    log_every_n_steps; every step under fast_dev_run)."""
+    every = trainer.log_every_n_steps
+    return bool(trainer.fast_dev_run) or (every > 0 and step % every == 0)
 
 
 def curriculum_phase(trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:

@@ -99,19 +99,22 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
             self.model, self, inputs, batch["labels"], weights, chunkable=not compiled
         )
 
-    def _sum_ce(self, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """Sum of CE over the supervised targets of a batch (0 if none), and [B, T] target mask."""
-        return self._cross_entropy(batch)[0], batch["labels"] != IGNORE_INDEX
+    def _sum_ce(self, batch: Mapping[str, Tensor], weights: Tensor | None = None):
+        """(sum of (weighted) CE over the supervised targets of a batch (0 if none), float32
+        [B, T] CE); keeps the CE as `last_target_ce` (ExactStepLoss's)."""
+        weighted, ce = self._cross_entropy(batch, weights)
+        self.last_target_ce = ce.detach()
+        return weighted, ce
 
     # --- training: the loss of packlm.model.loss ------------------------------------------
 
     def training_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> Tensor:
         if self.loss_weighting == "token":
-            objective = self.record_micro_batch(batch, self._cross_entropy(batch)[0])
+            objective = self.record_micro_batch(batch, self._sum_ce(batch)[0])
         else:  # document: each target weighted by 1 / (targets of its document piece)
             dtype = torch.promote_types(self.model.lm_head.weight.dtype, torch.float32)  # CE's
             weights, pieces = document_weights(batch["labels"], batch.get("segment_ids"), dtype)
-            weighted, ce = self._cross_entropy(batch, weights)  # ce [B, T]
+            weighted, ce = self._sum_ce(batch, weights)  # ce [B, T]
             objective = self.record_micro_batch(batch, ce.sum(), weighted, pieces)
         return objective * self.loss_scale
 
@@ -124,7 +127,7 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
         self._eval = None
 
     def validation_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> None:
-        sum_ce, supervised = self._sum_ce(batch)
+        sum_ce, supervised = self._sum_ce(batch)[0], batch["labels"] != IGNORE_INDEX
         n_bytes = torch.zeros((), dtype=torch.int64, device=sum_ce.device)
         if self.token_byte_lengths is not None:
             ids = batch["labels"].clamp(min=0)  # [B, T]; -100 -> 0, masked out below

@@ -16,7 +16,8 @@ A module overriding `on_before_optimizer_step`, `on_save_checkpoint` or
 
 After each step: `last_step` (`StepTotals`), `last_loss`, `last_grad_norm` (before
 clipping) and the cumulative `tokens_seen` (input, nonpad, supervised, documents; all ranks,
-checkpointed), which `packlm.callbacks.StepMetrics` logs.
+checkpointed), which `packlm.callbacks.StepMetrics` logs; after each batch
+`last_target_ce`, its CE per target, which `packlm.callbacks.SourceLosses` sums by source.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class ExactStepLoss:
         self.last_loss = 0.0  # loss of the last optimizer step (logged as train/loss)
         self.last_grad_norm: Tensor | float = 0.0  # of the last step, before clipping
         self._cycle: Tensor | None = None  # StepTotals of the accumulation cycle so far
+        # float32 [B, T] CE of the last batch (0 where no target), detached: the losses by
+        # source and by document read it (`packlm.callbacks.SourceLosses`), no second forward
+        self.last_target_ce: Tensor | None = None
 
     @property
     def supervised_tokens_seen(self) -> int:
@@ -66,8 +70,9 @@ class ExactStepLoss:
     def step_loss(self, batch: Mapping[str, Tensor], logits: Tensor) -> Tensor:
         """The value for `training_step` to return, from [B, T, V] logits of a packlm batch
         (its labels are already shifted: position j's target is labels[:, j])."""
-        sum_ce = cross_entropy_per_target(logits, batch["labels"]).sum()
-        return self.record_micro_batch(batch, sum_ce) * self.loss_scale
+        ce = cross_entropy_per_target(logits, batch["labels"])  # [B, T]
+        self.last_target_ce = ce.detach()
+        return self.record_micro_batch(batch, ce.sum()) * self.loss_scale
 
     def record_micro_batch(
         self,

@@ -35,6 +35,7 @@ from packlm.callbacks import (
     LastCheckpoint,
     ResumedSettings,
     RunProgressBar,
+    SourceLosses,
     StepMetrics,
     SupervisedTokenAxis,
     SupervisedTokenBudget,
@@ -165,6 +166,7 @@ def _fit(
         ResumedSettings(config.optim),
         StepMetrics(),  # before SupervisedTokenAxis, which reads the train/loss it logs
         SupervisedTokenAxis(config.trainer.log_every_n_steps),
+        SourceLosses(datamodule.tokenizer, bos=config.data.bos),
         HParams.of_run(config, datamodule, tuple(sorted(swept_keys()))),
         EpochStatistics(datamodule, images=config.train.log_batch_images),
         *callbacks,

@@ -26,6 +26,7 @@ class Samples:
     segments: np.ndarray  # int32 [B, T+1]: document index inside the row, -1 where PAD
     sources: np.ndarray | None = None  # int16 [B, T+1]: the document's store source, -1 on PAD
     skipped: np.ndarray | None = None  # bool [B, T+1]: a data.skip_documents token; None: none
+    documents: np.ndarray | None = None  # int32 [B, T+1]: the store document, -1 on PAD (val)
 
 
 def collate(samples: Samples, packing: str, varlen: bool = False) -> dict[str, torch.Tensor]:
@@ -37,7 +38,13 @@ def collate_arrays(samples: Samples, packing: str, varlen: bool = False) -> dict
     """`collate` as numpy arrays: what DataLoader workers send back, because numpy arrays
     pickle through the pipe about 8x faster than tensors through shared memory."""
     return make_batch(
-        samples.tokens, samples.segments, packing, varlen, samples.sources, samples.skipped
+        samples.tokens,
+        samples.segments,
+        packing,
+        varlen,
+        samples.sources,
+        samples.skipped,
+        samples.documents,
     )
 
 

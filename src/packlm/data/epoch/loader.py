@@ -57,17 +57,20 @@ class WindowDataset(Dataset):
     With `bos_id` (data.bos) every document is read as [BOS, its tokens..., EOS]: the plan's
     document lengths count the BOS, position 0 of a document is BOS and position p >= 1 is
     the store's token p-1, so no store holds the BOS and its first real token is a target.
+    With `documents` the batch also names each token's store document (`document_ids`, for
+    validation's per-document losses).
     """
 
     def __init__(
         self, store_path: str | Path | tuple[Path, ...], window: int, pad_id: int,
-        bos_id: int | None = None,
+        bos_id: int | None = None, documents: bool = False,
     ):  # fmt: skip
         """`store_path`: a store directory, or the shards' (`TokenStore.path` of either)."""
         self.store_path = store_path if isinstance(store_path, tuple) else Path(store_path)
         self.window = window
         self.pad_id = pad_id
         self.bos_id = bos_id
+        self.documents = documents
         self._store: TokenStore | None = None
         self._source_dtype: np.dtype | None = None
 
@@ -96,6 +99,10 @@ class WindowDataset(Dataset):
         segments = np.full((batch.rows, t1), -1, dtype=np.int32)
         sources = np.full((batch.rows, t1), -1, dtype=self.source_dtype)
         skipped = None if batch.skipped is None else np.zeros((batch.rows, t1), dtype=bool)
+        documents = None
+        if self.documents:
+            dtype = np.int32 if self.store.n_docs < 2**31 else np.int64
+            documents = np.full((batch.rows, t1), -1, dtype=dtype)
         p = len(row)
         if p:
             first = np.ones(p, dtype=bool)
@@ -118,7 +125,9 @@ class WindowDataset(Dataset):
             sources[row[piece], column[piece] + within] = self.store.doc_sources[doc][piece]
             if skipped is not None:  # data.skip_documents: their labels are dropped in collate
                 skipped[row[piece], column[piece] + within] = batch.skipped[piece]
-        return Samples(tokens, segments, sources, skipped)
+            if documents is not None:
+                documents[row[piece], column[piece] + within] = doc[piece]
+        return Samples(tokens, segments, sources, skipped, documents)
 
 
 class PlanDataLoader(DataLoader):
