@@ -11,6 +11,11 @@
 2. A training step (forward + backward + AdamW, bf16 autocast) of packlm's Transformer on
    the same packed rows: eager with FlexAttention (model.attention=auto on CUDA), eager with
    dense-mask SDPA, and torch.compile'd with FlexAttention (what model.compile=true runs).
+3. `--strategies`: `python train.py` with trainer.strategy=ddp and then fsdp on every visible
+   GPU, the same run otherwise (model=medium, 60 steps, bf16-mixed): supervised tokens/s
+   from each run's summary and the final val/loss, which should agree to bf16's precision
+   (FSDP shards parameters, it does not change the math). The dry run trains DDP on two CPU
+   processes (gloo) and says FSDP needs CUDA.
 Contenders take turns (interleaved repeats); the table gives medians and ratios of times.
 Without CUDA (and without --dry-run) it says so and exits 0.
 """
@@ -18,10 +23,14 @@ Without CUDA (and without --dry-run) it says so and exits 0.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from functools import partial
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -130,17 +139,62 @@ def packed_batches(B: int, T: int, docs: int, vocab: int, n: int, device) -> lis
     return out
 
 
+SUMMARY = re.compile(r"trained \d+ steps in \d+ s.*?\(([\d,]+) tokens/s\)")
+VAL = re.compile(r"val/loss ([\d.]+)")
+
+
+def train_with(strategy: str, overrides: list[str], run_dir: Path) -> tuple[float, float]:
+    """(supervised tokens/s, final val/loss) of `python train.py` under `strategy`."""
+    train_py = Path(__file__).resolve().parents[1] / "train.py"
+    args = [sys.executable, str(train_py), f"trainer.strategy={strategy}", *overrides,
+            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    out = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+    found, val = SUMMARY.search(out.stdout), VAL.search(out.stdout)
+    if out.returncode != 0 or not found or not val:
+        raise SystemExit(
+            f"train.py under {strategy} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}"
+        )
+    return float(found[1].replace(",", "")), float(val[1])
+
+
+def strategies(dry_run: bool) -> None:
+    """Part 3: DDP against FSDP through train.py, the same run otherwise."""
+    if dry_run:
+        names, overrides = ["ddp"], ["experiment=tiny", "trainer.accelerator=cpu",
+                                     "trainer.devices=2", "trainer.max_steps=6"]  # fmt: skip
+    else:
+        names, devices = ["ddp", "fsdp"], torch.cuda.device_count()
+        overrides = ["model=medium", "trainer.max_steps=60", "trainer.precision=bf16-mixed",
+                     f"trainer.devices={devices}", "data.batch_size=16", "data.num_workers=4",
+                     "train.sample_prompt=", "train.log_batch_images=false"]  # fmt: skip
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="packlm-bench-gpu-") as tmp:
+        for name in names:
+            results[name] = train_with(name, overrides, Path(tmp) / name)
+    print(f"\ntrain.py {' '.join(overrides)}\n")
+    for name, (rate, loss) in results.items():
+        print(f"  {name:<5} {rate:>12,.0f} supervised tokens/s   val/loss {loss:.4f}")
+    if "fsdp" in results:
+        print(f"  FSDP / DDP tokens/s: {results['fsdp'][0] / results['ddp'][0]:.3f}")
+    else:
+        print("  fsdp: needs CUDA GPUs (Lightning's FSDPStrategy); not run")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, no compile")
+    parser.add_argument("--strategies", action="store_true", help="part 3 only: DDP vs FSDP")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     if not cuda and not args.dry_run:
         print("bench/gpu.py needs a CUDA GPU and none is available: nothing measured.")
         sys.exit(0)
+    if args.strategies:
+        strategies(args.dry_run)
+        return
     if cuda and not args.dry_run:
         device, dtype, sync = torch.device("cuda"), torch.bfloat16, torch.cuda.synchronize
         B, H, T, D, docs, n = 4, 8, 2048, 64, 24, 10
