@@ -41,3 +41,14 @@ def test_without_cuda_it_says_so_and_exits_0():
     assert result.returncode == 0, result.stderr[-3000:]
     assert "CUDA" in result.stdout + result.stderr
     assert "|" not in result.stdout  # no table of numbers it did not measure
+
+
+@pytest.mark.slow
+def test_strategies_dry_run_trains_ddp_through_train_py_and_says_fsdp_needs_cuda():
+    result = run("--strategies", "--dry-run")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rate, loss = re.search(
+        r"ddp\s+([\d,]+) supervised tokens/s\s+val/loss ([\d.]+)", result.stdout
+    ).groups()
+    assert float(rate.replace(",", "")) > 0 and 0 < float(loss) < 20
+    assert "fsdp: needs CUDA" in result.stdout
