@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import Timer
-from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader
 
+from helpers.capture_logger import Capture
 from helpers.models import PAD, V, cat_rows, pack_row, random_docs, tiny_config
 from packlm.callbacks import StepMetrics
 from packlm.data.epoch.collate import mark_stream
@@ -206,20 +206,6 @@ def test_tiny_batch_overfits():
     )
     trainer(max_steps=60, precision="32-true", gradient_clip_val=1.0).fit(lit, loader(*[MANY] * 60))
     assert lit.last_loss < 0.1
-
-
-class Capture(Logger):
-    name, version = "capture", 0
-
-    def __init__(self):
-        super().__init__()
-        self.rows = []
-
-    def log_metrics(self, metrics, step=None):
-        self.rows.append((step, dict(metrics)))
-
-    def log_hyperparams(self, params, *args, **kwargs):
-        self.hparams = params
 
 
 def test_logged_tags_and_cumulative_counts():

@@ -7,9 +7,9 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader
 
+from helpers.capture_logger import Capture
 from helpers.models import cat_rows, pack_row, random_docs, tiny_config
 from helpers.plans import config, write_position_store
 from packlm.batch import supervised_by_source
@@ -51,20 +51,6 @@ def test_per_source_supervised_tokens_equal_a_brute_force_count(store, packing, 
         assert got.sum() == (labels != -100).sum()
         total += int(got.sum())
     assert total > 0
-
-
-class Capture(Logger):
-    name, version = "capture", 0
-
-    def __init__(self):
-        super().__init__()
-        self.rows = []
-
-    def log_metrics(self, metrics, step=None):
-        self.rows.append((step, dict(metrics)))
-
-    def log_hyperparams(self, params, *args, **kwargs):
-        pass
 
 
 def with_sources(batch: dict, sources: list[list[int]]) -> dict:
