@@ -145,3 +145,70 @@ def test_two_ranks_resumed_by_one_of_half_the_global_batch_end_the_epoch_after_i
     epoch0 = Counter(row for step in range(11) for row in got[step])
     assert epoch0 == Counter(row for rows in global_batches(ref_hashes).values() for row in rows)
     assert sum(epoch0.values()) == 224 and set(epoch0.values()) == {1}
+
+
+def epoch_rows(path: Path, epoch: int) -> Counter:
+    """The row hashes trained in `epoch` (epochs split where rank 0's batch_idx is 0)."""
+    starts = [*epoch_starts(path), float("inf")]
+    first, end = starts[epoch], starts[epoch + 1]
+    return Counter(row for rows in global_batches(path).items() if first <= rows[0] < end
+                   for row in rows[1])  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def reference_epochs(tiny_corpus, cache_dir, tmp_path_factory):
+    """Two epochs of one process x batch 32 (224 samples an epoch, no padding row)."""
+    tmp = tmp_path_factory.mktemp("ref")
+    hashes = tmp / "ref.txt"
+    done = run_train(
+        args(tiny_corpus, cache_dir, tmp / "run", 100, "data.batch_size=32", "trainer.max_epochs=2"),
+        tmp, **{ENV: str(hashes)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [epoch_rows(hashes, e) for e in (0, 1)]
+
+
+def world(ranks: int, batch: int, workers: int) -> list[str]:
+    ddp = ["trainer.strategy=ddp", f"trainer.devices={ranks}", "trainer.accelerator=cpu"]
+    return [f"data.batch_size={batch}", f"data.num_workers={workers}", *(ddp if ranks > 1 else [])]
+
+
+# (ranks, per-rank batch, workers) before -> after, and where the first run stops
+MATRIX = [
+    ((2, 16, 0), (3, 8, 0), "mid-epoch"),
+    ((3, 8, 0), (1, 32, 0), "mid-epoch"),
+    ((1, 32, 0), (2, 16, 2), "mid-epoch"),
+    ((2, 16, 0), (3, 8, 2), "epoch-end"),
+]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "where"),
+    MATRIX,
+    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v,
+)
+def test_a_ddp_resume_on_another_world_trains_each_sample_of_the_epoch_once(
+    tiny_corpus, cache_dir, tmp_path, reference_epochs, before, after, where
+):
+    """2 -> 3, 3 -> 1 and 1 -> 2 ranks (workers 0 -> 2), mid-epoch and at the epoch's end:
+    the epoch the resume lands in trains the uninterrupted run's samples, each once (a world
+    of 3 ends the 224-sample epoch on a short global batch: its padding rows are not samples)."""
+    first, second, hashes = tmp_path / "first", tmp_path / "second", tmp_path / "hashes.txt"
+    global_before = before[0] * before[1]
+    stop = 3 if where == "mid-epoch" else -(-224 // global_before)  # all of epoch 0
+    done = run_train(
+        args(tiny_corpus, cache_dir, first, stop, *world(*before)), tmp_path, **{ENV: str(hashes)}
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    epoch = 0 if where == "mid-epoch" else 1
+    ckpt = first / "checkpoints" / "last.ckpt"
+    done = run_train(
+        args(tiny_corpus, cache_dir, second, 100, *world(*after), f"ckpt_path={ckpt}",
+             f"trainer.max_epochs={epoch + 1}"),
+        tmp_path, **{ENV: str(hashes)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-5000:]
+    got, expected = epoch_rows(hashes, epoch), reference_epochs[epoch]
+    assert {h: got[h] for h in expected} == expected  # every sample of the epoch, once
+    padding = set(got) - set(expected)
+    assert len(padding) <= 1 and (padding == set()) == (224 % (after[0] * after[1]) == 0), padding
