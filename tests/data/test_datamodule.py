@@ -10,9 +10,9 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from lightning.pytorch.loggers import Logger
 from omegaconf import OmegaConf
 
+from helpers.lightning_doubles import Capture, Recorder, SaveAt
 from helpers.plans import write_position_store
 from packlm.data.config import DataConfig
 from packlm.data.datamodule import PackedDataModule
@@ -101,45 +101,6 @@ def test_ranks_come_from_the_trainer(prepared):
     assert (sampler.rank, sampler.world_size, sampler.epoch) == (1, 2, 3)
 
 
-class Recorder(L.LightningModule):
-    """Records every training batch; its one weight never changes the data."""
-
-    def __init__(self):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.zeros(1))
-        self.seen: list[torch.Tensor] = []
-
-    def training_step(self, batch, batch_idx):
-        self.seen.append(batch["input_ids"].clone())
-        return (self.w * batch["input_ids"].float().mean()).sum()
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.0)
-
-
-class SaveAt(L.Callback):
-    def __init__(self, step: int, path):
-        self.step, self.path = step, path
-
-    def on_train_batch_end(self, trainer, *args):
-        if trainer.global_step == self.step:
-            trainer.save_checkpoint(self.path)
-
-
-class MemoryLogger(Logger):
-    name, version = "memory", 0
-
-    def __init__(self):
-        super().__init__()
-        self.metrics: list[tuple[int, dict]] = []
-
-    def log_metrics(self, metrics, step=None):
-        self.metrics.append((step, dict(metrics)))
-
-    def log_hyperparams(self, params, *args, **kwargs):
-        pass
-
-
 def fit(prepared, ckpt_path=None, callbacks=(), reload=1, logger=False, epochs=3, **keys):
     dm, model = module(prepared, **keys), Recorder()
     trainer = L.Trainer(
@@ -156,7 +117,7 @@ def fit(prepared, ckpt_path=None, callbacks=(), reload=1, logger=False, epochs=3
         num_sanity_val_steps=0,
     )
     trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
-    return model.seen, dm
+    return [ids for _, ids in model.seen], dm
 
 
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`")
@@ -182,9 +143,9 @@ def test_resume_from_a_checkpoint_gives_the_batches_of_an_uninterrupted_run(
 
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`")
 def test_each_epoch_logs_its_plan_statistics(prepared):
-    logger = MemoryLogger()
+    logger = Capture()
     _, dm = fit(prepared, logger=logger, epochs=2, random_offset=True)
-    logged = [(step, m) for step, m in logger.metrics if "data/samples" in m]
+    logged = [(step, m) for step, m in logger.rows if "data/samples" in m]
     assert [m["data/epoch"] for _, m in logged] == [0.0, 1.0]
     for _, m in logged:
         stats = dm.plan_statistics(int(m["data/epoch"]))

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import Timer
 from torch.utils.data import DataLoader
 
-from helpers.capture_logger import Capture
+from helpers.lightning_doubles import Capture
 from helpers.models import PAD, V, cat_rows, pack_row, random_docs, tiny_config
 from packlm.callbacks import StepMetrics
 from packlm.data.epoch.collate import mark_stream

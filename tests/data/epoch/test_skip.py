@@ -8,9 +8,8 @@ import logging
 import lightning as L
 import numpy as np
 import pytest
-import torch
-from lightning.pytorch.loggers import Logger
 
+from helpers.lightning_doubles import Capture, Recorder, SaveAt
 from packlm.data.config import DataConfig
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.epoch.curriculum import Position
@@ -252,45 +251,6 @@ def test_the_trace_refuses_skip_steps_under_limit_train_batches(prepared):
         Tracer(plans_of(prepared, skip_steps=[1]), Schedule(limit_batches=5))
 
 
-class Recorder(L.LightningModule):
-    """Records every training batch with the step it trains; its weight never moves."""
-
-    def __init__(self):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.zeros(1))
-        self.seen: list[tuple[int, list]] = []
-
-    def training_step(self, batch, batch_idx):
-        self.seen.append((self.trainer.global_step, batch["input_ids"].tolist()))
-        return (self.w * batch["input_ids"].float().mean()).sum()
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.0)
-
-
-class SaveAt(L.Callback):
-    def __init__(self, step: int, path):
-        self.step, self.path = step, path
-
-    def on_train_batch_end(self, trainer, *args):
-        if trainer.global_step == self.step and not self.path.exists():
-            trainer.save_checkpoint(self.path)
-
-
-class Metrics(Logger):
-    name, version = "memory", 0
-
-    def __init__(self):
-        super().__init__()
-        self.metrics: dict[str, float] = {}
-
-    def log_metrics(self, metrics, step=None):
-        self.metrics.update(metrics)
-
-    def log_hyperparams(self, params, *args, **kwargs):
-        pass
-
-
 def fit(prepared, ckpt_path=None, callbacks=(), logger=False, **keys):
     dm = PackedDataModule(prepared=prepared, **{**BASE, "num_workers": 0, **keys})
     model = Recorder()
@@ -301,7 +261,7 @@ def fit(prepared, ckpt_path=None, callbacks=(), logger=False, **keys):
         accumulate_grad_batches=2,
     )  # fmt: skip
     trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
-    return model.seen
+    return [(step, ids.tolist()) for step, ids in model.seen]
 
 
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`")
@@ -311,7 +271,7 @@ def test_under_lightning_steps_are_skipped_logged_and_a_resume_may_add_one(
     base = fit(prepared)
     steps = [[b for s, b in base if s == k] for k in range(base[-1][0] + 1)]
     skip = [1, 6, 7]
-    logger = Metrics()
+    logger = Capture()
     with caplog.at_level(logging.INFO, logger="packlm.data.datamodule"):
         got = fit(prepared, logger=logger, skip_steps=skip, skip_documents=[4])
     kept = [s for k, s in enumerate(steps) if k not in skip]
@@ -319,7 +279,7 @@ def test_under_lightning_steps_are_skipped_logged_and_a_resume_may_add_one(
     assert "skipping 1 document(s) [4 (0:data/part1.jsonl:4)]" in caplog.text
     assert "3 step(s) [1, 6, 7] (2 global batch(es) each)" in caplog.text
     assert "global batch(es)" in caplog.text and "of skipped steps are left out" in caplog.text
-    assert logger.metrics["data/skipped_document_samples"] > 0
+    assert logger.merged()["data/skipped_document_samples"] > 0
     # a resume from step 9 adds a later skip: the uninterrupted run with the longer list
     path = tmp_path / "step9.ckpt"
     fit(prepared, callbacks=[SaveAt(9, path)], skip_steps=skip)

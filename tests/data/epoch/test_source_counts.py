@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from helpers.capture_logger import Capture
+from helpers.lightning_doubles import Capture
 from helpers.models import cat_rows, pack_row, random_docs, tiny_config
 from helpers.plans import config, write_position_store
 from packlm.batch import supervised_by_source
