@@ -94,14 +94,15 @@ def test_wrong_keys_and_values_are_named(compose_tiny, override, message):
         validate_config(compose_tiny(override))
 
 
-def test_max_time_stops_the_run_on_time(compose_tiny, tmp_path):
+def test_max_time_stops_the_run_on_time(compose_tiny, tmp_path, capsys):
     cfg = compose_tiny(
         "trainer.max_steps=-1", "trainer.max_time=00:00:00:03", "train.sample_prompt="
     )
     start = time.perf_counter()
     with pytest.warns(UserWarning, match=r"no step horizon \(trainer\.max_time alone\)"):
         metrics = train(cfg, run_dir=tmp_path / "run")  # nothing but the time can end this run
-    assert 3 <= time.perf_counter() - start < 120
+    assert time.perf_counter() - start >= 3  # a lower bound: a busy machine only adds to it
+    assert "(trainer.max_time reached)" in capsys.readouterr().out
     assert scalars(tmp_path / "run", "train/loss") and math.isfinite(metrics["val/loss"])
 
 

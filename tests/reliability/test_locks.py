@@ -92,9 +92,8 @@ def test_a_lock_kept_by_a_process_whose_owner_is_dead_is_broken_with_a_log_line(
     pid = dead_pid()
     orphan = hold(tmp_path / ".entry.lock", pid, 60)
     try:
-        start = time.monotonic()
         with caplog.at_level(logging.INFO, logger="packlm"), entry.locked(dest):
-            assert time.monotonic() - start < 3
+            assert orphan.poll() is None  # taken while the orphan still holds it: broken
         assert any(
             f"breaking the lock {tmp_path / '.entry.lock'}: its owner, process {pid}, is dead"
             in r.getMessage()

@@ -275,7 +275,7 @@ class FiniteTraining(L.Callback):
 def validation_follows(trainer: L.Trainer) -> bool:
     """Will Lightning validate right after the training batch that just ended?
 
-    Lightning's own rule (2.6, `fit_loop.epoch_loop`'s `_should_check_val_fx`) from the
+    Lightning 2.6's own rule (its training epoch loop's should-check-val test) from the
     Trainer's public state: the epoch must be a validation epoch
     (`check_val_every_n_epoch`); a stop requested once min_steps/min_epochs are met
     validates; else every `val_check_batch`-th batch (counted over the run when
