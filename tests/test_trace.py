@@ -118,11 +118,11 @@ def test_doc_ids_parse_to_path_and_record():
 
 
 def test_command_line_prints_json_and_text_and_refuses_unknown_keys(prepared, monkeypatch, capsys):
-    import packlm.trace as trace_module
+    import packlm.trace.cli as trace_cli
 
     data = DataConfig.from_mapping({**BASE, **CASES["document"]}).validate()
     tracer = Tracer(EpochPlans(prepared=prepared, data=data, progress=False), Schedule(2, 2))
-    monkeypatch.setattr(trace_module, "tracer_of", lambda path, world: tracer)
+    monkeypatch.setattr(trace_cli, "tracer_of", lambda path, world: tracer)
     assert main(["run", "step=3", "rank=1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [(t["epoch"], t["batch"]) for t in out] == tracer.step_batches(3)

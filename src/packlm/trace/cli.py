@@ -1,0 +1,117 @@
+"""`python -m packlm.trace`: the arguments, and the trace as text or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from packlm.errors import ConfigError
+from packlm.trace.run import tracer_of
+from packlm.trace.tracer import LABEL_RULE
+
+
+def render(traces: list[dict[str, Any]]) -> str:
+    """The human-readable trace."""
+    lines = []
+    for t in traces:
+        phase = "" if t["phase"] is None else f", curriculum phase {t['phase']}"
+        lines.append(
+            (
+                f"plan step {t['plan_step']} (left out by data.skip_steps, never trained)"
+                if t["skipped_step"]
+                else f"step {t['step']}"
+                + ("" if t["plan_step"] == t["step"] else f" (plan step {t['plan_step']})")
+            )
+            + f": epoch {t['epoch']}, global batch {t['batch']}{phase} "
+            f"(window {t['window']}, stride {t['stride']}, tail {t['tail']}, packing "
+            f"{t['packing']}; {t['world_size']} rank(s) x {t['batch_size']} rows; samples "
+            f"{t['first_sample_position']}.. of {t['epoch_samples']} in the epoch order)"
+        )
+        for r in t["rows"]:
+            w = r["window"]
+            lines.append(
+                f"  rank {r['rank']} row {r['row']}: sample {r['sample']}, {r['supervised']} "
+                f"supervised of {len(r['input_ids'])} at columns {r['supervised_columns']}; "
+                f"window {w['index']} of {w['windows_in_sequence']} of sequence {w['sequence']}"
+                f" (length {w['sequence_length']}, offset {w['offset']}, starts at "
+                f"{w['start_in_sequence']}, reads {w['tokens_read']}"
+                f"{', tail' if w['tail_window'] else ''})"
+            )
+            for p in r["pieces"]:
+                where = p["path"] or p["doc_id"]
+                record = "" if p["record"] is None else f" record {p['record']}"
+                span = p.get("text_byte_span")
+                lines.append(
+                    f"    doc {p['document']} [{p['source']}] {where}{record}: tokens "
+                    f"{p['token_span'][0]}:{p['token_span'][1]} of {p['document_tokens']}"
+                    + (f", text bytes {span[0]}:{span[1]}" if span else "")
+                    + f", row columns {p['row_columns'][0]}:{p['row_columns'][1]}, "
+                    f"{p['targets']} targets"
+                    + (" (data.skip_documents: not supervised)" if p["skipped"] else "")
+                )
+                if "text_first" in p:
+                    lines.append(f"      {p['text_first']!r} ... {p['text_last']!r}")
+    lines.append(f"labels: {LABEL_RULE}")
+    lines.append(
+        "bytes: the store keeps no byte offsets in the source files; text bytes are inside "
+        "the document's UTF-8 text (the store's doc_offsets give its tokens)"
+    )
+    return "\n".join(lines)
+
+
+USAGE = (
+    "usage: python -m packlm.trace <run dir | checkpoint> step=N | epoch=E batch=B "
+    "[rank=R] [world=W] [--json | json=true]"
+)
+
+
+HELP = """\
+What a step trained on, from the run's saved config alone (no replay): for every row of the
+global batch, its samples and their pieces (store document, source and record, token and text
+spans, supervised targets).
+
+  step=N          the optimizer step as the run logged it (its plan step is printed too)
+  epoch=E batch=B a global batch of an epoch instead
+  rank=R          only the rows of rank R
+  world=W         the number of ranks (default: the run's)
+  --json          JSON for tools instead of text
+
+More: docs/trace.md"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    from packlm.errors import one_line_errors
+
+    if argv and argv[0] in ("-h", "--help"):
+        print(f"{USAGE}\n\n{HELP}")
+        return 0
+    with one_line_errors(ConfigError, OSError):
+        opts, paths = {}, []
+        for a in argv:
+            if a == "--json":
+                opts["json"] = "true"
+            elif "=" in a:
+                k, _, v = a.partition("=")
+                opts[k.lstrip("+")] = v
+            else:
+                paths.append(a)
+        unknown = set(opts) - {"step", "epoch", "batch", "rank", "world", "json"}
+        if len(paths) != 1 or unknown or not ("step" in opts or "batch" in opts):
+            raise ConfigError(
+                USAGE + (f" (unknown: {', '.join(sorted(unknown))})" if unknown else "")
+            )
+        ints = {k: int(v) for k, v in opts.items() if k != "json"}
+        tracer = tracer_of(paths[0], ints.get("world"))
+        if "step" in ints:
+            where = tracer.step_batches(ints["step"])
+        else:
+            where = [(ints.get("epoch", 0), ints["batch"])]
+        traces = [tracer.batch(e, b, ints.get("rank")) for e, b in where]
+        if opts.get("json", "false").lower() in ("1", "true", "yes"):
+            json.dump(traces, sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            print(render(traces))
+    return 0

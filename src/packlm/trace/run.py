@@ -1,0 +1,69 @@
+"""The Tracer of a run directory or a checkpoint: its saved data, tokenizer and trainer config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from packlm.data.plans import EpochPlans
+from packlm.errors import ConfigError
+from packlm.trace.tracer import Schedule, Tracer
+
+
+def tracer_of(path: str | Path, world_size: int | None = None) -> Tracer:
+    """The Tracer of a run directory (`.hydra/config.yaml`) or a checkpoint (its stored data
+    config and tokenizer; the trainer settings from its run's config when there is one)."""
+    from omegaconf import OmegaConf
+
+    from packlm.data.config import DataConfig
+    from packlm.tokenizer.config import TokenizerConfig
+
+    path = Path(path)
+    run_cfg, tokenizer, data = None, None, None
+    if path.is_dir():
+        saved = path / ".hydra" / "config.yaml"
+        if not saved.is_file():
+            raise ConfigError(f"{path}: no .hydra/config.yaml (not a run directory)")
+        run_cfg = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
+    elif path.is_file():
+        from packlm.checkpoint.contents import KEY, read_checkpoint, run_dir_of
+        from packlm.checkpoint.contents import tokenizer_from_checkpoint as tok_of
+
+        checkpoint = read_checkpoint(path)
+        extras = checkpoint.get(KEY) or {}
+        if "data" not in extras:
+            raise ConfigError(f"{path}: no packlm data config (not written by packlm's train.py)")
+        data, tokenizer = extras["data"], tok_of(checkpoint)
+        saved = run_dir_of(path) / ".hydra" / "config.yaml"
+        if saved.is_file():
+            run_cfg = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
+    else:
+        raise ConfigError(f"{path}: no such run directory or checkpoint")
+    run_cfg = run_cfg or {}
+    trainer = run_cfg.get("trainer") or {}
+    data = DataConfig.from_mapping(data if data is not None else run_cfg.get("data") or {})
+    if tokenizer is None:
+        tokenizer = TokenizerConfig.from_mapping(run_cfg.get("tokenizer") or {})
+    cache = run_cfg.get("cache_dir")
+    kwargs = {"cache_dir": cache} if cache else {}
+    plans = EpochPlans(tokenizer, data=data, progress=False, **kwargs)
+    schedule = Schedule(
+        world_size if world_size is not None else world_of(trainer),
+        int(trainer.get("accumulate_grad_batches") or 1),
+        trainer.get("limit_train_batches"),
+    )
+    return Tracer(plans, schedule)
+
+
+def world_of(trainer: dict[str, Any]) -> int:
+    """Ranks of the run: trainer.devices x trainer.num_nodes (an int or a list of ids)."""
+    devices = trainer.get("devices", 1)
+    if isinstance(devices, list):
+        devices = len(devices)
+    elif isinstance(devices, str) and devices.isdigit():
+        devices = int(devices)
+    if not isinstance(devices, int) or devices < 1:
+        raise ConfigError(
+            f"trainer.devices={devices!r}: the rank count is not in the config; give world=N"
+        )
+    return devices * int(trainer.get("num_nodes") or 1)
