@@ -6,8 +6,9 @@
 - `token_axis.py`: `SupervisedTokenAxis` logs the curves again against supervised tokens
   (the `Loss/` group TensorBoard opens first: `packlm.train.tensorboard.RunTensorBoard`).
 - `budget.py`: `SupervisedTokenBudget` stops after `train.max_supervised_tokens`.
-- `checkpointing.py`: atomic checkpoint writes, `last.ckpt` every N steps, clean stops on
-  SIGTERM / Ctrl-C, a stop at the first non-finite loss (never a checkpoint of NaN weights).
+- `checkpointing.py`: atomic checkpoint writes, `last.ckpt` every N steps, the best one.
+- `graceful_stop.py`: SIGTERM / Ctrl-C finish the step, write `last.ckpt` and stop.
+- `finite_training.py`: a stop at the first non-finite loss (never a checkpoint of NaN weights).
 - `resumed_settings.py`: `ResumedSettings`, a resume applies the current optimizer settings.
 - `batch_hashes.py`: `BatchHashes`, per-batch hashes for comparing runs (debugging, tests).
 - `progress_bar.py`: `EpochProgressBar` (rich) and `RunProgressBar` (tqdm), Lightning's bars
@@ -18,15 +19,9 @@
 
 from packlm.callbacks.batch_hashes import BatchHashes
 from packlm.callbacks.budget import SupervisedTokenBudget
-from packlm.callbacks.checkpointing import (
-    AtomicCheckpointIO,
-    BestCheckpoint,
-    FiniteTraining,
-    GracefulStop,
-    LastCheckpoint,
-    TrainingDiverged,
-    TrainingStopped,
-)
+from packlm.callbacks.checkpointing import AtomicCheckpointIO, BestCheckpoint, LastCheckpoint
+from packlm.callbacks.finite_training import FiniteTraining, TrainingDiverged
+from packlm.callbacks.graceful_stop import GracefulStop, TrainingStopped
 from packlm.callbacks.progress_bar import (
     EpochProgressBar,
     RunProgressBar,

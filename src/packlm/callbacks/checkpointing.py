@@ -1,4 +1,4 @@
-"""Crash-safe checkpoints: an atomic writer, `last.ckpt` every N steps, a clean stop on a signal.
+"""Crash-safe checkpoints: an atomic writer, `last.ckpt` every N steps, the val/loss-best one.
 
 - `AtomicCheckpointIO` writes a checkpoint into a hidden temporary file next to its target,
   fsyncs it and renames it into place, so a kill or a full disk at any moment leaves either
@@ -8,12 +8,9 @@
 - `LastCheckpoint` writes `<dir>/last.ckpt` after every `every_n_steps` optimizer steps and
   at the end of training: a SIGKILL loses at most that many steps. At a step that also
   validates, the checkpoint is written after the validation, so a kill never loses a point.
-- `FiniteTraining` stops the run with `TrainingDiverged` at the first optimizer step whose
-  loss is NaN or infinite (and before a validation on non-finite weights), and
-  `LastCheckpoint` never writes non-finite weights: `last.ckpt` keeps the last good step.
-- `GracefulStop` turns SIGTERM and the first Ctrl-C (SIGINT) into: finish the optimizer step
-  in flight, write `last.ckpt`, raise `TrainingStopped`. All ranks agree on the step to stop
-  at. A second Ctrl-C interrupts at once (Lightning's KeyboardInterrupt path, no checkpoint).
+- `LastCheckpoint` never writes non-finite weights (`finite_training.py` stops such a run);
+  `graceful_stop.py` writes it on SIGTERM / Ctrl-C.
+- `BestCheckpoint`: the val/loss-best checkpoint, written after its validation.
 
 Checkpoints are written in `on_train_batch_end` after an optimizer step, the point where the
 stateful train DataLoader's position and the loops' counters agree, so resuming from one
@@ -23,11 +20,8 @@ gives exactly the batches an uninterrupted run would have seen.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
-import signal
-import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -37,8 +31,8 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.utilities import rank_zero_info
 
+from packlm.callbacks.finite_training import TrainingDiverged, nonfinite_weight
 from packlm.errors import write_error
 
 log = logging.getLogger(__name__)
@@ -219,59 +213,6 @@ class LastCheckpoint(L.Callback):
         self._step_saved = trainer.global_step
 
 
-def nonfinite_weight(module: torch.nn.Module) -> str | None:
-    """The name of the first parameter holding a NaN or an infinity, None when all are finite
-    (one device sync)."""
-    named = list(module.named_parameters())
-    if not named:
-        return None
-    finite = torch.stack([torch.isfinite(p.detach()).all() for _, p in named]).tolist()
-    return next((name for (name, _), ok in zip(named, finite, strict=True) if not ok), None)
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss or the weights became NaN or infinite; last.ckpt holds the last good step."""
-
-    def __init__(self, step: int, what: str, last: LastCheckpoint):
-        self.step = step
-        kept = (
-            f"{last.path} keeps step {last.saved_step}"
-            if last.saved_step is not None
-            else f"{last.path} was not written by this run"
-        )
-        super().__init__(
-            f"training diverged at step {step}: {what}; {kept}. Try a lower optim.lr, a longer "
-            "optim.warmup_steps, trainer.gradient_clip_val=1.0 or trainer.precision=32-true"
-        )
-
-
-class FiniteTraining(L.Callback):
-    """Stop at the first step whose loss (summed over all ranks, so every rank agrees) is not
-    finite, and before a validation on non-finite weights: without it a diverged run went on
-    to its end, wrote NaN weights into last.ckpt and died in the text sampler."""
-
-    def __init__(self, last: LastCheckpoint):
-        self.last = last
-        self._step_seen: int | None = None
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._step_seen = trainer.global_step
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module, *args: Any) -> None:
-        if trainer.global_step == self._step_seen:
-            return  # inside an accumulation cycle: the step's loss is not summed yet
-        self._step_seen = trainer.global_step
-        loss = float(pl_module.last_loss)
-        if not math.isfinite(loss):
-            raise TrainingDiverged(trainer.global_step, f"the training loss is {loss}", self.last)
-
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        bad = nonfinite_weight(pl_module)
-        if bad is not None:
-            what = f"the weight {bad} is not finite (before validation)"
-            raise TrainingDiverged(trainer.global_step, what, self.last)
-
-
 def validation_follows(trainer: L.Trainer) -> bool:
     """Will Lightning validate right after the training batch that just ended?
 
@@ -303,84 +244,6 @@ def validation_follows(trainer: L.Trainer) -> bool:
         return trainer.is_last_batch
     batch = fit.epoch_loop.total_batch_idx if every is None else fit.epoch_loop.batch_idx
     return (batch + 1) % int(interval) == 0
-
-
-class TrainingStopped(Exception):
-    """Training stopped cleanly on a signal after writing a checkpoint."""
-
-    def __init__(self, signum: int, step: int, checkpoint: Path):
-        self.signum, self.step, self.checkpoint = signum, step, checkpoint
-        name = signal.Signals(signum).name
-        super().__init__(
-            f"stopped by {name} after step {step}; checkpoint {checkpoint} "
-            f"(resume with ckpt_path={checkpoint})"
-        )
-
-    @property
-    def exit_code(self) -> int:
-        """128 + signal number, as a shell reports a process ended by that signal."""
-        return 128 + self.signum
-
-
-class GracefulStop(L.Callback):
-    """SIGTERM / first SIGINT: finish the step, write last.ckpt, raise TrainingStopped."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self, last: LastCheckpoint):
-        self.last = last
-        self.received: int | None = None
-        self._step_seen: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    # Registered in on_train_start, after Lightning installed its own SIGTERM handler (which
-    # stops at the end of the batch without a checkpoint); Lightning's teardown restores the
-    # handlers that were there before fit.
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        self._trainer = trainer
-        self._step_seen = trainer.global_step
-        if trainer.received_sigterm:  # arrived while Lightning's own handler was installed
-            self.received = signal.SIGTERM
-        for signum in self.SIGNALS:
-            self._previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if signum == signal.SIGINT and self.received is not None:
-            raise KeyboardInterrupt  # second Ctrl-C: stop now
-        first = self.received is None
-        self.received = signum
-        log.warning(
-            "received %s: stopping after the current optimizer step (Ctrl-C again to abort now)",
-            signal.Signals(signum).name,
-        )
-        launcher = getattr(self._trainer.strategy, "launcher", None)
-        if first and signum == signal.SIGTERM and hasattr(launcher, "kill"):
-            launcher.kill(signum)  # DDP children started by this process stop too
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module, *args: Any) -> None:
-        if trainer.global_step == self._step_seen:
-            return  # inside an accumulation cycle: no consistent state to save
-        self._step_seen = trainer.global_step
-        stop = self.received is not None
-        if trainer.world_size > 1:  # every rank stops at the same step, or collectives hang
-            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
-        if not stop:
-            return
-        signum = self.received or signal.SIGTERM  # another rank got the signal
-        self.last.save(trainer)
-        rank_zero_info(
-            f"{signal.Signals(signum).name}: saved {self.last.path} at step {trainer.global_step}"
-        )
-        raise TrainingStopped(signum, trainer.global_step, self.last.path)
-
-    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        for signum, handler in self._previous.items():
-            if signal.getsignal(signum) == self._handle and handler is not None:
-                signal.signal(signum, handler)
-        self._previous = {}
 
 
 class BestCheckpoint(ModelCheckpoint):
