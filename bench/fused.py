@@ -39,8 +39,8 @@ from contextlib import contextmanager
 import torch
 
 from model import packed_batch  # bench/model.py: random packed rows
+from packlm.config.model import ModelConfig
 from packlm.model import fused
-from packlm.model.config import ModelConfig
 from packlm.model.loss import head_cross_entropy
 from packlm.model.transformer import Transformer
 

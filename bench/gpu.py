@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from packlm.config.model import ModelConfig
 from packlm.model import masks
-from packlm.model.config import ModelConfig
 from packlm.model.transformer import Transformer, positions_from_segments
 
 

@@ -45,12 +45,12 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from packlm.callbacks import StepMetrics
+from packlm.config.model import ModelConfig
+from packlm.config.precision import auto_precision
 from packlm.model import fused, masks
-from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.schedule import lr_factor
 from packlm.model.transformer import Transformer, positions_from_segments
-from packlm.precision import auto_precision
 from packlm.train.allocator import keep_freed_memory
 from packlm.train.report import quiet_lightning_leaf_spec
 

@@ -30,12 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-from packlm.data.config import DataConfig
+from packlm.cache import DEFAULT_CACHE_DIR
+from packlm.config.data import DataConfig
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset
 from packlm.data.epoch.plan import build_plan
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.epoch.statistics import plan_statistics
-from packlm.data.store.prepared import DEFAULT_CACHE_DIR, prepare_stores
+from packlm.data.store.prepared import prepare_stores
 from packlm.data.store.token_store import StoreWriter
 
 PLAN_CONFIGS = {
@@ -102,7 +103,7 @@ def bench_statistics(n_docs: int, mean: int) -> None:
 
 def default_corpus_lengths(cache_dir: str) -> np.ndarray:
     """Document lengths of the default corpus's training store (EOS included)."""
-    from packlm.tokenizer.config import TokenizerConfig
+    from packlm.config.tokenizer import TokenizerConfig
 
     prepared = prepare_stores(DataConfig().validate(), TokenizerConfig(), cache_dir, False)
     return np.diff(np.asarray(prepared.open("train").doc_offsets))

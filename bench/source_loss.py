@@ -32,11 +32,11 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from packlm.callbacks import SourceLosses, StepMetrics
+from packlm.config.precision import auto_precision
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.store.prepared import PreparedData
 from packlm.data.store.token_store import write_store
 from packlm.model.lit_module import LitCausalLM
-from packlm.precision import auto_precision
 from packlm.train.report import quiet_lightning_leaf_spec
 
 V, T, B = 4096, 128, 32

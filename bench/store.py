@@ -35,11 +35,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.build import StoreHeader, build_stores
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.encode import available_cores
-from packlm.tokenizer.config import TokenizerConfig
 from packlm.tokenizer.obtain import get_tokenizer
 from packlm.tokenizer.pretokenize import resolve_pattern
 

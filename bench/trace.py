@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from packlm.data.config import DataConfig
+from packlm.commands.trace import Schedule, Tracer
+from packlm.config.data import DataConfig
 from packlm.data.plans import EpochPlans
 from packlm.data.store.prepared import PreparedData
 from packlm.data.store.token_store import StoreWriter, TokenStore, write_store
-from packlm.trace import Schedule, Tracer
 
 CHUNK = 10**8  # tokens generated at once
 

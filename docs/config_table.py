@@ -5,7 +5,7 @@
 
 Each row is one key: its default as the composed config gives it (the dataclass default,
 or what conf/ sets instead, such as `data.seed: ${seed}`), and its meaning, the attribute
-docstring written under the field in the dataclass (packlm.config_help reads them, for
+docstring written under the field in the dataclass (packlm.config.help reads them, for
 every command's `--help` too).
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from packlm.config import CONFIG_DIR
-from packlm.config_help import documented_keys
+from packlm.config.help import documented_keys
+from packlm.config.schema import CONFIG_DIR
 
 PAGE = Path(__file__).resolve().parent / "configuration.md"
 START, END = "<!-- config-table:start -->", "<!-- config-table:end -->"

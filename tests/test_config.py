@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from packlm.config import CONFIG_DIR, PackLMConfig
+from packlm.config.model import ModelConfig
+from packlm.config.schema import CONFIG_DIR, PackLMConfig
 from packlm.errors import ConfigError
-from packlm.model.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

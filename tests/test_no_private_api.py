@@ -1,7 +1,7 @@
 """packlm uses Lightning, torch and TensorBoard through their public API only: every private
-name of theirs is reached through `packlm.shims` (issue #34).
+name of theirs is reached through `packlm.runtime.shims` (issue #34).
 
-Three checks over src/ and bench/ (and tests/conftest.py), packlm/shims.py left out:
+Three checks over src/ and bench/ (and tests/conftest.py), packlm/runtime/shims.py left out:
 - no `from <lib> import _name` / `import <lib>._module`;
 - no `obj._name` where `_name` is not one of packlm's own (defined or assigned in its code);
 - no class of packlm that subclasses a class of those libraries defines, reads or assigns a
@@ -18,12 +18,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARIES = ("lightning", "pytorch_lightning", "lightning_fabric", "torch", "tensorboard")
-SHIM = ROOT / "src" / "packlm" / "shims.py"
+SHIM = ROOT / "src" / "packlm" / "runtime" / "shims.py"
 PUBLIC_UNDERSCORED = {"_exit", "_asdict", "_replace", "_fields", "_make", "_field_defaults"}
 """Documented names that start with an underscore (os._exit, namedtuple's methods)."""
 
 PENDING = {
-    ("src/packlm/export/tiktoken_ranks.py", "_pat_str"): "tiktoken's, not one of LIBRARIES",
+    ("src/packlm/commands/export/tiktoken_ranks.py", "_pat_str"): "tiktoken's, not one of LIBRARIES",
     ("src/packlm/data/store/encode.py", "_processes"): "concurrent.futures', not one of LIBRARIES",
 }
 """Uses in files of other owners (model/, data/, export/), each with its replacement: an
@@ -94,7 +94,7 @@ def test_no_private_name_of_lightning_torch_or_tensorboard_outside_the_shim():
             for name in hits:
                 found.setdefault((rel, name), node.lineno)
     unexpected = {k: line for k, line in found.items() if k not in PENDING}
-    assert not unexpected, "private names used outside packlm/shims.py: " + ", ".join(
+    assert not unexpected, "private names used outside packlm/runtime/shims.py: " + ", ".join(
         f"{file}:{line} {name}" for (file, name), line in sorted(unexpected.items())
     )
     stale = set(PENDING) - set(found)

@@ -1,4 +1,4 @@
-"""Each private name `packlm.shims` uses still exists and still does what packlm relies on:
+"""Each private name `packlm.runtime.shims` uses still exists and still does what packlm relies on:
 an upgrade of torch or Lightning that moves or changes one fails here, by name."""
 
 from __future__ import annotations

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from helpers.plans import write_position_store
-from packlm.data.config import DataConfig
+from packlm.commands.trace import Schedule, Tracer, main, parse_doc_id
+from packlm.config.data import DataConfig
 from packlm.data.epoch.curriculum import Position
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.plans import EpochPlans
 from packlm.data.store.prepared import PreparedData
-from packlm.trace import Schedule, Tracer, main, parse_doc_id
 
 LENGTHS = np.random.default_rng(4).integers(1, 40, size=70)
 WORLD, WORKERS, EPOCHS = 2, 2, 3
@@ -118,7 +118,7 @@ def test_doc_ids_parse_to_path_and_record():
 
 
 def test_command_line_prints_json_and_text_and_refuses_unknown_keys(prepared, monkeypatch, capsys):
-    import packlm.trace.cli as trace_cli
+    import packlm.commands.trace.cli as trace_cli
 
     data = DataConfig.from_mapping({**BASE, **CASES["document"]}).validate()
     tracer = Tracer(EpochPlans(prepared=prepared, data=data, progress=False), Schedule(2, 2))

@@ -14,7 +14,7 @@ arrays:
 | `cu_seqlens` | int32 [S+1] | only with `varlen`: starts of the S runs of equal segment id over the flattened B*T tokens (a run never spans two rows; a row's PAD tail is one run), then B*T |
 | `max_seqlen` | int64 [] | only with `varlen`: the longest run |
 | `source_ids` | int16 [B, T] (int32 past 32767 sources) | the store source (`manifest["sources"]` index) of each input token's document; -1 on PAD. Supervised tokens per source = `bincount(source_ids[labels != IGNORE_INDEX])`, which sums to supervised exactly (in `stream` packing a target across documents counts for its input token's source) |
-| `document_ids` | int32 [B, T] (int64 past 2^31-1 documents) | validation batches only: the store document of each input token; -1 on PAD. A target belongs to its input token's document, as for `source_ids` (per-document losses: `packlm.document_losses`) |
+| `document_ids` | int32 [B, T] (int64 past 2^31-1 documents) | validation batches only: the store document of each input token; -1 on PAD. A target belongs to its input token's document, as for `source_ids` (per-document losses: `packlm.evaluation.document_losses`) |
 
 `cu_seqlens` / `max_seqlen` are what varlen attention kernels take (flash-attn's
 `flash_attn_varlen_func`; Hugging Face's flash-attention path as `cu_seq_lens_q/k` and

@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from helpers.runs import tiny_overrides
-from packlm.config import CONFIG_DIR
+from packlm.config.schema import CONFIG_DIR
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from packlm.config import TrainConfig
+from packlm.config.schema import TrainConfig
 from packlm.train import allocator
 
 glibc_only = pytest.mark.skipif(not allocator.is_glibc(), reason="the thresholds are glibc's")

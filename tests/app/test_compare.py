@@ -12,8 +12,8 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from helpers.runs import tiny_overrides
-from packlm.compare import compare, main
-from packlm.config import CONFIG_DIR
+from packlm.commands.compare import compare, main
+from packlm.config.schema import CONFIG_DIR
 from packlm.train import train
 
 STRIDES = (16, 32)

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from packlm.checkpoint.contents import KEY
+from packlm.commands.evaluate import evaluate, table_path
 from packlm.errors import ConfigError
-from packlm.evaluate import evaluate, table_path
 from packlm.model import fused
 from packlm.model.lit_module import LitCausalLM
 from packlm.tokenizer import Tokenizer, train_bpe_from_iterator

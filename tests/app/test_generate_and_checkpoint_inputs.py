@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from packlm.checkpoint.load import load_checkpoint
+from packlm.commands.generate import generate
 from packlm.errors import ConfigError
-from packlm.generate import generate
 
 
 @pytest.mark.parametrize(

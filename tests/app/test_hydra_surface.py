@@ -23,10 +23,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from helpers.runs import ROOT, tiny_overrides
 from packlm import trainer_config
 from packlm.callbacks.token_axis import BY_TOKENS
-from packlm.config import CONFIG_DIR, validate_config
+from packlm.config.schema import CONFIG_DIR, validate_config
+from packlm.config.trainer import OWNED, TrainerSchema
 from packlm.errors import ConfigError
 from packlm.train import main, train
-from packlm.trainer_config import OWNED, TrainerSchema
 
 
 def scalars(run: Path, tag: str) -> dict[int, float]:

@@ -87,8 +87,8 @@ def test_argparse_tools_answer_help_without_torch(module):
 
 
 def test_export_help_starts_with_its_own_keys():
-    from packlm.config_help import help_text
-    from packlm.export.__main__ import ExportConfig
+    from packlm.commands.export.__main__ import ExportConfig
+    from packlm.config.help import help_text
 
     keys = [line.split()[0] for line in help_text("export", ExportConfig).splitlines()
             if line.startswith("  ")]  # fmt: skip
@@ -97,7 +97,7 @@ def test_export_help_starts_with_its_own_keys():
 
 
 def test_one_line_keeps_the_first_sentence():
-    from packlm.config_help import one_line
+    from packlm.config.help import one_line
 
     assert one_line("Tokens per step. More text (e.g. this).") == "Tokens per step."
     assert one_line("See e.g. the other key. Next.") == "See e.g. the other key."

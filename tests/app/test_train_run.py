@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from helpers.processes import run_tool_recording_imports
 from packlm.callbacks.token_axis import BY_TOKENS
-from packlm.config import CONFIG_DIR, validate_config
+from packlm.config.schema import CONFIG_DIR, validate_config
 from packlm.errors import ConfigError
 from packlm.train import train
 
@@ -108,7 +108,7 @@ def test_the_last_logged_token_counts_are_the_summarys_totals(compose_tiny, tmp_
 
 
 def test_generate_samples_from_the_checkpoint_alone(compose_tiny, tmp_path):
-    from packlm.generate import generate
+    from packlm.commands.generate import generate
 
     run = tmp_path / "run"
     train(compose_tiny("trainer.max_steps=3"), run_dir=run)

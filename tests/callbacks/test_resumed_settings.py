@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from packlm.callbacks import ResumedSettings
-from packlm.model.config import OptimConfig
+from packlm.config.model import OptimConfig
 from packlm.model.lit_module import LitCausalLM
 
 MODEL = dict(vocab_size=32, context_length=8, n_layer=1, n_head=2, n_embd=16)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from packlm.config import CONFIG_DIR
-from packlm.data.config import DataConfig, expand_escapes
+from packlm.config.data import DataConfig, expand_escapes
+from packlm.config.schema import CONFIG_DIR
 from packlm.errors import ConfigError
 
 

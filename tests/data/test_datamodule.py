@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from helpers.lightning_doubles import Capture, Recorder, SaveAt
 from helpers.plans import write_position_store
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.store.prepared import PreparedData
 from packlm.errors import ConfigError

@@ -7,10 +7,10 @@ import json
 from hydra import compose, initialize_config_dir
 
 from helpers.processes import run_tool_recording_imports
-from packlm.config import CONFIG_DIR, validate_config
+from packlm.commands.stats import statistics
+from packlm.config.schema import CONFIG_DIR, validate_config
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.epoch.statistics import to_json
-from packlm.stats import statistics
 
 
 def test_statistics_of_a_composed_config(tmp_path):

@@ -12,15 +12,15 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 
-from packlm.config import CONFIG_DIR
+from packlm.commands.export.output import MARKER
+from packlm.config.schema import CONFIG_DIR
 from packlm.errors import ConfigError
-from packlm.export.output import MARKER
 
 pytest.importorskip("tiktoken")
 
 
 def run_export(*overrides: str) -> dict:
-    from packlm.export.__main__ import export
+    from packlm.commands.export.__main__ import export
 
     with initialize_config_dir(CONFIG_DIR, version_base=None):
         return export(compose("export", overrides=list(overrides)))

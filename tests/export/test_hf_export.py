@@ -9,7 +9,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from helpers.exports import TEXTS, write_checkpoint
-from packlm.config import CONFIG_DIR
+from packlm.config.schema import CONFIG_DIR
 from packlm.errors import ConfigError
 from packlm.model.sampling import sample_tokens
 
@@ -18,7 +18,7 @@ pytest.importorskip("safetensors")
 
 
 def run_export(*overrides: str) -> dict:
-    from packlm.export.__main__ import export
+    from packlm.commands.export.__main__ import export
 
     with initialize_config_dir(CONFIG_DIR, version_base=None):
         return export(compose("export", overrides=list(overrides)))

@@ -7,7 +7,7 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
-from packlm.config import CONFIG_DIR
+from packlm.config.schema import CONFIG_DIR
 
 tiktoken = pytest.importorskip("tiktoken")
 from tiktoken.load import load_tiktoken_bpe  # noqa: E402
@@ -16,7 +16,7 @@ TEXT = "Grüße 你好 🙂 \u0c5c\U000323b0's def f(x):\n\treturn x<|endoftext|
 
 
 def run_export(*overrides: str) -> dict:
-    from packlm.export.__main__ import export
+    from packlm.commands.export.__main__ import export
 
     with initialize_config_dir(CONFIG_DIR, version_base=None):
         return export(compose("export", overrides=list(overrides)))

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from packlm.config import CONFIG_DIR
+from packlm.commands.export.megatron import export_megatron
+from packlm.commands.export.nanogpt import export_nanogpt
+from packlm.config.schema import CONFIG_DIR
 from packlm.data.store.token_store import TokenStore, write_store
-from packlm.export.megatron import export_megatron
-from packlm.export.nanogpt import export_nanogpt
 from packlm.tokenizer import Tokenizer
 
 MEGATRON_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64,
@@ -46,7 +46,7 @@ def documents(store: TokenStore) -> list[np.ndarray]:
 
 
 def run_export(*overrides: str) -> dict:
-    from packlm.export.__main__ import export
+    from packlm.commands.export.__main__ import export
 
     with initialize_config_dir(CONFIG_DIR, version_base=None):
         return export(compose("export", overrides=list(overrides)))

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.epoch.collate import collate
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
 from packlm.data.epoch.plan import EpochPlan, build_plan

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.prepared import PreparedData, prepare_stores
-from packlm.tokenizer.config import TokenizerConfig
 
 VOCAB = 300
 

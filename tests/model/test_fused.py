@@ -8,12 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from packlm.config.model import ModelConfig
+from packlm.config.trainer import TrainerConfig
 from packlm.model import fused, masks
-from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
 from packlm.model.loss import grad_norm
 from packlm.model.transformer import Transformer, rotate
-from packlm.trainer_config import TrainerConfig
 
 
 def angles(B: int, T: int, D: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

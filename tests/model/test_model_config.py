@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from packlm.config.model import ModelConfig, OptimConfig, as_dict
 from packlm.errors import ConfigError
-from packlm.model.config import ModelConfig, OptimConfig, as_dict
 
 
 def test_defaults_are_valid_and_small():

@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from helpers.runs import reliability_overrides
-from packlm.config import CONFIG_DIR
+from packlm.config.schema import CONFIG_DIR
 
 
 @pytest.fixture(scope="session")

@@ -16,18 +16,18 @@ import pytest
 import torch
 from hydra.errors import ConfigCompositionException
 
-import packlm.run_folder as run_folder
+import packlm.runtime.run_folder as run_folder
 import packlm.train.job as train_module
-from packlm.config import validate_config
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
+from packlm.config.model import ModelConfig
+from packlm.config.schema import validate_config
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.store.prepared import PreparedData, prepare_stores
 from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import write_store
 from packlm.errors import ConfigError
-from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
-from packlm.tokenizer.config import TokenizerConfig
 from packlm.train import train
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256))
@@ -211,7 +211,7 @@ def checkpoint(tmp_path_factory, tiny_corpus, cache_dir) -> Path:
     from hydra import compose, initialize_config_dir
 
     from helpers.runs import reliability_overrides
-    from packlm.config import CONFIG_DIR
+    from packlm.config.schema import CONFIG_DIR
 
     run = tmp_path_factory.mktemp("run")
     with initialize_config_dir(CONFIG_DIR, version_base=None):

@@ -148,7 +148,7 @@ def test_evaluate_on_an_empty_file_says_there_is_nothing_to_score(tmp_path):
     """Before: `no training documents (1 empty, ..., the rest sent to validation by
     data.val_fraction=0.0); ... hold out a part of it instead: data.sources=[...]`."""
     from packlm.checkpoint.contents import KEY
-    from packlm.evaluate import evaluate
+    from packlm.commands.evaluate import evaluate
     from packlm.model.lit_module import LitCausalLM
     from packlm.tokenizer import Tokenizer, train_bpe_from_iterator
 

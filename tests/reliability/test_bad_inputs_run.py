@@ -18,7 +18,7 @@ import packlm.train.job as job
 from helpers.runs import checkpoint_step, weights
 from packlm.callbacks import LastCheckpoint, TrainingDiverged
 from packlm.checkpoint.contents import KEY as EXTRAS_KEY
-from packlm.config import CONFIG_DIR, validate_config
+from packlm.config.schema import CONFIG_DIR, validate_config
 from packlm.errors import ConfigError
 from packlm.train import train
 

@@ -23,13 +23,13 @@ import numpy as np
 import pytest
 
 from helpers.corpus import write_tiny_corpus
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store import token_store as store_module
 from packlm.data.store import verify as verify_module
 from packlm.data.store.prepared import prepare_stores
 from packlm.data.store.token_store import StoreError, TokenStore
 from packlm.data.store.verify import verify_checksums, verify_files
-from packlm.tokenizer.config import TokenizerConfig
 
 VOCAB = 300
 
@@ -77,11 +77,11 @@ CHILD = """
 import os, signal, sys
 from packlm.cache import entry as cache_entry
 from packlm.tokenizer import obtain as tokenizer_cache
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.store.prepared import prepare_stores
 from packlm.tokenizer import formats
 import packlm.tokenizer
-from packlm.tokenizer.config import TokenizerConfig
+from packlm.config.tokenizer import TokenizerConfig
 
 point, corpus, cache, vocab = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 die = lambda: os.kill(os.getpid(), signal.SIGKILL)

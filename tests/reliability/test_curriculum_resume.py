@@ -12,10 +12,10 @@ from hydra import compose, initialize_config_dir
 
 from helpers.plans import write_position_store
 from helpers.runs import assert_same_weights, checkpoint_step, reliability_overrides
-from packlm.config import CONFIG_DIR
+from packlm.commands.stats import statistics
+from packlm.config.schema import CONFIG_DIR
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.store.prepared import PreparedData
-from packlm.stats import statistics
 from packlm.train import train
 
 CURRICULUM = "data.curriculum=[{window: 8, stride: 8, until: 100}, {window: 32, stride: 16}]"

@@ -19,15 +19,15 @@ from packlm.cache import inventory
 from packlm.cache.__main__ import main
 from packlm.cache.entry import EntryInUse, hold, in_use_dir
 from packlm.cache.inventory import entries, remove
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.prepared import prepare_stores
-from packlm.tokenizer.config import TokenizerConfig
 
 HOLDER = """\
 import os, sys, time
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.store.prepared import prepare_stores
-from packlm.tokenizer.config import TokenizerConfig
+from packlm.config.tokenizer import TokenizerConfig
 
 corpus, cache, vocab, fork = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "fork"
 data = DataConfig(sources=[corpus + "/*.txt"], val_fraction=0.2)

@@ -57,7 +57,7 @@ def reference(tmp_path_factory, tiny_corpus, cache_dir):
     """An uninterrupted in-process run: its run dir and batch fingerprints."""
     from hydra import compose, initialize_config_dir
 
-    from packlm.config import CONFIG_DIR
+    from packlm.config.schema import CONFIG_DIR
 
     run = tmp_path_factory.mktemp("reference")
     prints = run / "batches.txt"

@@ -13,7 +13,7 @@ import lightning as L
 import pytest
 import torch
 
-from packlm.model.config import ModelConfig
+from packlm.config.model import ModelConfig
 from packlm.model.lit_module import LitCausalLM
 from packlm.train import train
 

@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from helpers.runs import checkpoint_step, reliability_overrides, run_train
-from packlm.config import CONFIG_DIR
+from packlm.config.schema import CONFIG_DIR
 from packlm.train import train
 from packlm.train.resume_config import merged_overrides, resume_config
 

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.errors import ConfigError
-from packlm.tokenizer.config import TokenizerConfig
 from packlm.tokenizer.formats import from_unicode
 from packlm.tokenizer.obtain import get_tokenizer, load_path
 

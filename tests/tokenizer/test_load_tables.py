@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.tokenizer import Tokenizer, formats
-from packlm.tokenizer.config import TokenizerConfig
 from packlm.tokenizer.obtain import _read_tables, get_tokenizer
 
 EOT = "<|endoftext|>"

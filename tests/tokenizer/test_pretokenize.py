@@ -109,8 +109,8 @@ def test_resolve_pattern():
     ],
 )
 def test_a_pattern_that_would_drop_text_is_refused_naming_tokenizer_pattern(pattern, message):
+    from packlm.config.tokenizer import TokenizerConfig
     from packlm.errors import ConfigError
-    from packlm.tokenizer.config import TokenizerConfig
 
     with pytest.raises(ConfigError, match=rf"^tokenizer\.pattern=.*{message}"):
         TokenizerConfig(pattern=pattern).validate()

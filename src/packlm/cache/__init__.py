@@ -14,7 +14,10 @@
 from packlm.cache.entry import locked, mark_used, replace_dir, temporary_sibling
 from packlm.cache.fingerprint import describe_change, digest, latest
 
+DEFAULT_CACHE_DIR = ".cache/packlm"
+"""Where tokenizers and stores are cached unless `cache_dir` (or $PACKLM_CACHE) says otherwise."""
+
 __all__ = [
-    "describe_change", "digest", "latest", "locked", "mark_used", "replace_dir",
+    "DEFAULT_CACHE_DIR", "describe_change", "digest", "latest", "locked", "mark_used", "replace_dir",
     "temporary_sibling",
 ]  # fmt: skip

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import lightning as L
 
-from packlm.model.config import OptimConfig
+from packlm.config.model import OptimConfig
 
 
 class ResumedSettings(L.Callback):

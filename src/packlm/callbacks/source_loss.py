@@ -12,7 +12,7 @@ the loss already computed (`LitCausalLM.last_target_ce`; `packlm.model.source_lo
   model.loss_weighting=document) and to val/loss.
 - `validation/hardest_documents` (TensorBoard's Text tab), after each validation of the
   fit or `trainer.validate` (not the sanity check), at the global step: the ten validation
-  documents with the highest loss, a table of `packlm.document_losses` (loss, bpb, targets,
+  documents with the highest loss, a table of `packlm.evaluation.document_losses` (loss, bpb, targets,
   source, store index and id as `python -m packlm.trace` prints them, the text's start).
   Each validation adds one [3, documents] all-reduce; nothing without a TensorBoard logger.
 """
@@ -118,7 +118,7 @@ class SourceLosses(L.Callback):
         self._val = self._docs = None
 
     def _show_hardest(self, trainer, nats, targets, n_bytes) -> None:
-        from packlm.document_losses import document_table, hardest_markdown
+        from packlm.evaluation.document_losses import document_table, hardest_markdown
 
         store = self.val_store
         table = document_table(store, nats, targets, n_bytes, self.bos, limit=self.hardest)

@@ -11,9 +11,9 @@ import torch
 
 from packlm.checkpoint.contents import KEY as EXTRAS_KEY
 from packlm.checkpoint.contents import read_checkpoint, tokenizer_from_checkpoint
+from packlm.config.model import ModelConfig
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.errors import ConfigError
-from packlm.model.config import ModelConfig
-from packlm.tokenizer.config import TokenizerConfig
 
 PREFIX = "model."  # LitCausalLM keeps the Transformer as `self.model`
 

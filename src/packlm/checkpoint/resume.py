@@ -17,10 +17,10 @@ from dataclasses import fields
 from typing import Any
 
 from packlm.checkpoint.contents import KEY as EXTRAS_KEY
-from packlm.config import Validated
+from packlm.config.model import PARAM_GROUPS, ModelConfig, as_dict
+from packlm.config.schema import Validated
 from packlm.data.epoch.loader import PLAN_KEYS, check_plan_signature
 from packlm.errors import ConfigError
-from packlm.model.config import PARAM_GROUPS, ModelConfig, as_dict
 
 NOT_SHAPE = ("compile", "attention", "dropout")
 """Model keys that change how the model runs, not its weights: a resume may change them."""

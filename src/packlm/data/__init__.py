@@ -5,7 +5,7 @@ Prepare time, once per fingerprint (`packlm.data.store`):
 Epoch time, every epoch, in every rank and worker (`packlm.data.epoch`):
     token store -> epoch plan (order -> packing -> windows) -> samples -> collate -> statistics
 
-1. `config.py`: the `data` config group (`DataConfig`), validated before any work.
+1. `packlm.config.data`: the `data` config group (`DataConfig`), validated before any work.
 2. `store/`: `prepare_stores` -> tokenizer + train/val `TokenStore`s, cached.
 3. `epoch/`: `build_plan` -> `EpochPlan` -> `PlanSampler` -> `PlanDataLoader` -> batches.
 4. `plans.py`: `EpochPlans`, stores -> epoch plans and statistics (no torch, no Lightning).
@@ -15,7 +15,7 @@ Nothing in `store/` imports `epoch/`; neither imports the model. `PackedDataModu
 imported on first use, so reading a store does not import Lightning.
 """
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 
 __all__ = ["DataConfig", "PackedDataModule"]
 

@@ -20,18 +20,19 @@ from typing import Any
 
 import numpy as np
 
+from packlm.cache import DEFAULT_CACHE_DIR
 from packlm.cache.entry import locked, temporary_sibling
-from packlm.data.config import DataConfig, source_weight
+from packlm.config.data import DataConfig, source_weight
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.epoch import curriculum
 from packlm.data.epoch.order import directory_groups
 from packlm.data.epoch.plan import EpochPlan, build_plan
 from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.epoch.windows import validation_config
 from packlm.data.skip import resolve_documents
-from packlm.data.store.prepared import DEFAULT_CACHE_DIR, prepare_stores
+from packlm.data.store.prepared import prepare_stores
 from packlm.data.store.token_store import TokenStore
 from packlm.data.store.union import open_store
-from packlm.tokenizer.config import TokenizerConfig
 from packlm.tokenizer.obtain import TOKENIZERS_DIR
 from packlm.tokenizer.tokenizer import Tokenizer
 
@@ -83,7 +84,7 @@ class EpochPlans:
 
     @classmethod
     def from_config(cls, config: Any, cache_dir: str | Path, **kwargs: Any):
-        """The plans (or DataModule) of a validated config (`packlm.config.Validated`: data,
+        """The plans (or DataModule) of a validated config (`packlm.config.schema.Validated`: data,
         tokenizer, model), as train.py and stats build it."""
         context = config.model.context_length
         return cls(config.tokenizer, cache_dir, context, data=config.data, **kwargs)

@@ -1,6 +1,6 @@
 """The model half: batch -> logits -> loss + counts.
 
-1. `config.py`: the `model` and `optim` config groups.
+1. `packlm.config.model`: the `model` and `optim` config groups.
 2. `masks.py`: segment ids -> the block-diagonal causal mask (SDPA, or two batched matmuls
    for short CPU rows) or BlockMask (Flex); the dtype attention runs in (float32 on CPU,
    even under bf16 autocast).
@@ -20,7 +20,7 @@
 config needs, e.g. `python -m packlm.prepare`) import neither torch nor Lightning.
 """
 
-from packlm.model.config import ModelConfig, OptimConfig
+from packlm.config.model import ModelConfig, OptimConfig
 
 __all__ = ["LitCausalLM", "ModelConfig", "OptimConfig", "Transformer"]
 

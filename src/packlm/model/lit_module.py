@@ -31,7 +31,7 @@ from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_warn
 from torch import Tensor
 
 from packlm.batch import IGNORE_INDEX
-from packlm.model.config import PARAM_GROUPS, ModelConfig, OptimConfig, as_dict
+from packlm.config.model import PARAM_GROUPS, ModelConfig, OptimConfig, as_dict
 from packlm.model.loss import document_weights, head_cross_entropy
 from packlm.model.schedule import lr_factor, time_limit
 from packlm.model.step_loss import ExactStepLoss

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from packlm.batch import IGNORE_INDEX
 from packlm.model import fused
-from packlm.shims import foreach_mul_, foreach_norm
+from packlm.runtime.shims import foreach_mul_, foreach_norm
 
 COUNTS = ("input", "nonpad", "supervised", "documents")
 """The token counts of DESIGN.md "The batch", in the order they are logged."""

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from packlm.config.model import ModelConfig
 from packlm.model import fused, masks
-from packlm.model.config import ModelConfig
 
 
 class RMSNorm(nn.Module):

@@ -1,6 +1,6 @@
 """Byte-level BPE: text <-> ids, trained on the corpus or loaded from files.
 
-1. `config.py`: the `tokenizer` config group (vocab size, special tokens, pattern, path).
+1. `packlm.config.tokenizer`: the `tokenizer` config group (vocab size, special tokens, pattern, path).
 2. `pretokenize.py`: text -> pre-tokens by the GPT-2 style regex (with `regex`), cut at
    special tokens, which are never merged.
 3. `training/`: pre-token counts -> merges (C loop, Python fallback) -> a `Tokenizer`.

@@ -27,8 +27,8 @@ import numpy as np
 
 from packlm.cache.entry import locked, mark_used, replace_dir, temporary_sibling
 from packlm.cache.fingerprint import describe_change, digest, latest
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.errors import ConfigError, write_error
-from packlm.tokenizer.config import TokenizerConfig
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ def main(cfg: Any = None) -> Any:
     """`python train.py`: the help and `--cfg` without the heavy imports, else job.py's main
     (Hydra's entry point; given a composed `cfg`, called as Hydra would)."""
     if cfg is None:
-        from packlm.config_help import exit_if_help
+        from packlm.config.help import exit_if_help
         from packlm.train.shown_config import check_shown_config
 
         exit_if_help("train")

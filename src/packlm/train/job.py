@@ -55,16 +55,16 @@ from packlm.checkpoint.resume import (
     check_resume,
     run_settings,
 )
-from packlm.config import CONFIG_DIR, Validated, swept_keys, validate_config
+from packlm.config.model import ModelConfig
+from packlm.config.precision import auto_precision
+from packlm.config.schema import CONFIG_DIR, Validated, swept_keys, validate_config
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.epoch.curriculum import expected_batches
 from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
-from packlm.model.config import ModelConfig
 from packlm.model.lit_module import LitCausalLM
-from packlm.precision import auto_precision
-from packlm.run_folder import check_writable
+from packlm.runtime.run_folder import check_writable
 from packlm.train.allocator import keep_freed_memory
 from packlm.train.ddp_hydra import ddp_relaunch_runs_this_job
 from packlm.train.loggers import build_callbacks, build_loggers

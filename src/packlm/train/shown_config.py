@@ -33,7 +33,7 @@ def check_shown_config(argv: list[str] | None = None) -> None:
         return
     from hydra import compose, initialize_config_dir
 
-    from packlm.config import CONFIG_DIR, validate_config
+    from packlm.config.schema import CONFIG_DIR, validate_config
     from packlm.errors import ConfigError, one_line_errors
 
     with initialize_config_dir(args.config_dir or CONFIG_DIR, version_base=None):

@@ -12,7 +12,7 @@ from tensorboard.plugins.hparams import api_pb2, metadata
 
 from helpers.runs import tiny_overrides
 from packlm.callbacks.views.hparams import SHOWN, HParams
-from packlm.config import CONFIG_DIR, validate_config
+from packlm.config.schema import CONFIG_DIR, validate_config
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from helpers.plans import PAD, config, loader_over, position_store, write_position_store
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.epoch.collate import collate
 from packlm.data.epoch.curriculum import (
     Phase,

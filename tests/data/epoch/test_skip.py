@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from helpers.lightning_doubles import Capture, Recorder, SaveAt
-from packlm.data.config import DataConfig
+from packlm.commands.trace import Schedule, Tracer
+from packlm.config.data import DataConfig
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.epoch.curriculum import Position
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
@@ -20,7 +21,6 @@ from packlm.data.skip import StepSkips, document_counts
 from packlm.data.store.prepared import PreparedData
 from packlm.data.store.token_store import write_store
 from packlm.errors import ConfigError
-from packlm.trace import Schedule, Tracer
 
 LENGTHS = np.random.default_rng(7).integers(1, 30, size=60)
 STARTS = np.concatenate([[0], np.cumsum(LENGTHS)])

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store import encode
 from packlm.data.store.prepared import prepare_stores
-from packlm.tokenizer.config import TokenizerConfig
 from packlm.tokenizer.pretokenize import PIECE_CHARS
 from packlm.tokenizer.training import counting
 
@@ -95,9 +95,9 @@ def test_run_without_a_free_place_is_cut_counted_and_stored_whole(tmp_path, monk
 PEAK_CHILD = textwrap.dedent(
     """
     import json, re, resource, sys
-    from packlm.data.config import DataConfig
+    from packlm.config.data import DataConfig
     from packlm.data.store.prepared import prepare_stores
-    from packlm.tokenizer.config import TokenizerConfig
+    from packlm.config.tokenizer import TokenizerConfig
 
     def high_water():  # VmHWM restarts at exec, unlike ru_maxrss (the forking parent's)
         status = open("/proc/self/status").read()

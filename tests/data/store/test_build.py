@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from helpers.stores import VOCAB, data_config, decoded, documents, prepare, write_corpus
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store import build
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.prepared import prepare_stores
 from packlm.data.store.sources import SourceError
 from packlm.errors import ConfigError
-from packlm.tokenizer.config import TokenizerConfig
 
 
 def test_store_decodes_back_to_exactly_the_source_documents(tmp_path):

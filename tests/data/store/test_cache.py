@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from helpers.stores import VOCAB, data_config, decoded, prepare, write_corpus
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.token_store import StoreError, TokenStore
-from packlm.tokenizer.config import TokenizerConfig
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
@@ -123,9 +123,9 @@ def test_a_truncated_store_is_detected_and_rebuilt(corpus, tmp_path, caplog):
 CHILD = """
 import os, signal, sys
 from packlm.data.store import token_store as store
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.store.prepared import prepare_stores
-from packlm.tokenizer.config import TokenizerConfig
+from packlm.config.tokenizer import TokenizerConfig
 
 finished = []
 original = store.StoreWriter.finish

@@ -15,9 +15,9 @@ from helpers.corpus import write_tiny_corpus
 from packlm.cache.__main__ import main
 from packlm.cache.entry import locked
 from packlm.cache.inventory import entries, remove
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.prepared import prepare_stores
-from packlm.tokenizer.config import TokenizerConfig
 
 DAY = 86400
 

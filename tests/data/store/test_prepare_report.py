@@ -13,11 +13,11 @@ import sys
 import pytest
 
 from helpers.processes import run_tool_recording_imports
-from packlm.data.config import DataConfig
+from packlm.commands.prepare import format_summary, summary
+from packlm.config.data import DataConfig
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store import encode
 from packlm.data.store.prepared import prepare_stores
-from packlm.prepare import format_summary, summary
-from packlm.tokenizer.config import TokenizerConfig
 
 TEXTS = ["Plain text, déjà vu — 你好。\n\nA second paragraph <|endoftext|> inside.\n",
          "gzip'd text:   many   spaces\tand\ttabs 12345\n",

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from helpers.corpus import write_tiny_corpus
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.prepared import prepare_stores
 from packlm.data.store.shards import file_shards
 from packlm.data.store.token_store import StoreError
 from packlm.data.store.union import ConcatArray
 from packlm.errors import ConfigError
-from packlm.tokenizer.config import TokenizerConfig
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 TOKENIZER = TokenizerConfig(vocab_size=300)
@@ -128,8 +128,8 @@ def test_the_epoch_plans_and_batches_of_four_shards_are_one_stores(stores, keys)
 
 @pytest.mark.parametrize("fmt", ["nanogpt", "megatron"])
 def test_exports_of_four_shards_are_one_stores_files(stores, tmp_path, fmt):
-    from packlm.export.megatron import export_megatron
-    from packlm.export.nanogpt import export_nanogpt
+    from packlm.commands.export.megatron import export_megatron
+    from packlm.commands.export.nanogpt import export_nanogpt
 
     export = {"nanogpt": export_nanogpt, "megatron": export_megatron}[fmt]
     files = {}

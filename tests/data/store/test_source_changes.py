@@ -13,7 +13,8 @@ import pytest
 
 import packlm.data.store.prepared as prepared_module
 from helpers.stores import VOCAB, decoded
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.prepared import prepare_stores
 from packlm.data.store.sources import (
     ReadCounts,
@@ -24,7 +25,6 @@ from packlm.data.store.sources import (
 )
 from packlm.data.store.token_store import MANIFEST_FILE
 from packlm.data.store.verify import manifest_checksum
-from packlm.tokenizer.config import TokenizerConfig
 
 DOCS = [f"document {i}: the quick brown fox jumps over the lazy dog {i * 7}" for i in range(40)]
 

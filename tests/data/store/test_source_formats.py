@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.store.sources import (
     ReadCounts,
     ReadOptions,

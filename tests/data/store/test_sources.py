@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.sources import (
     Document,

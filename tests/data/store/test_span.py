@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.store.sources import (
     ReadCounts,
     ReadOptions,

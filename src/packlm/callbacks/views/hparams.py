@@ -40,7 +40,7 @@ DOMAINS: dict[str, Any] = {
 
 
 def run_hparams(config: Any, vocab_size: int) -> dict[str, Any]:
-    """The hyperparameters of one run (`packlm.config.Validated`), keyed like overrides."""
+    """The hyperparameters of one run (`packlm.config.schema.Validated`), keyed like overrides."""
     data, model = config.data, config.model
     return {
         "data.window": data.window,

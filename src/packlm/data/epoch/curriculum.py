@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from packlm.batch import piece_targets
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.epoch.plan import EpochPlan
 
 CHUNK = 1 << 16

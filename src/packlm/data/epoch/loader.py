@@ -18,14 +18,14 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.epoch.collate import Samples, collate_arrays, to_tensors
 from packlm.data.epoch.curriculum import Position
 from packlm.data.epoch.sampler import BatchPieces, PlanSampler
 from packlm.data.store.token_store import TokenStore
 from packlm.data.store.union import open_store
 from packlm.errors import ConfigError
-from packlm.workers import leave_ctrl_c_to_the_parent
+from packlm.runtime.workers import leave_ctrl_c_to_the_parent
 
 log = logging.getLogger(__name__)
 

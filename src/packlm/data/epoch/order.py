@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.epoch.indexing import index_dtype
 from packlm.errors import ConfigError
 

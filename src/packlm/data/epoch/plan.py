@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.epoch.indexing import index_dtype, interval_of
 from packlm.data.epoch.order import OFFSETS, SAMPLES, epoch_documents, plan_rng
 from packlm.data.epoch.packing import make_sequences, reorder_for_packing

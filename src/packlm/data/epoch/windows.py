@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.epoch.indexing import index_dtype
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
 from packlm.data.store.shards import file_shards
 from packlm.data.store.sources import (
     ReadCounts,

@@ -33,17 +33,17 @@ from typing import Any
 import numpy as np
 
 from packlm.data.store.token_store import write_npy
+from packlm.runtime.workers import (
+    WorkerDied,
+    death_message,
+    die_with_parent,
+    leave_ctrl_c_to_the_parent,
+)
 from packlm.tokenizer.pretokenize import (
     MAX_PRETOKEN_CHARS,
     PIECE_CHARS,
     piece_spans,
     split_pretoken,
-)
-from packlm.workers import (
-    WorkerDied,
-    death_message,
-    die_with_parent,
-    leave_ctrl_c_to_the_parent,
 )
 
 PHASE = "encoding the token store"

@@ -19,7 +19,8 @@ from typing import Any
 
 from packlm.cache.entry import hold, locked, mark_used
 from packlm.cache.fingerprint import describe_change, digest, latest
-from packlm.data.config import DataConfig, parse_shard
+from packlm.config.data import DataConfig, parse_shard
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.build import SPLITS, StoreHeader, build_stores
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.encode import available_cores
@@ -27,13 +28,10 @@ from packlm.data.store.token_store import MANIFEST_FILE, StoreError, TokenStore
 from packlm.data.store.union import StoreUnion, open_store
 from packlm.data.store.verify import verify_checksums
 from packlm.errors import ConfigError
-from packlm.tokenizer.config import TokenizerConfig
 from packlm.tokenizer.obtain import get_tokenizer, tokenizer_cached
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CACHE_DIR = ".cache/packlm"
-"""Where tokenizers and stores are cached unless `cache_dir` says otherwise."""
 STORES_DIR = "stores"  # <cache_dir>/stores/<digest>/{train,val}: one entry per fingerprint
 PAD_TOKEN = "<|pad|>"
 PARALLEL_MIN_BYTES = 1 << 20

@@ -6,7 +6,7 @@ places where the cut does not change pre-tokenization (see `stream_cut`); docume
 from an iterator are batched. Worker processes each keep one Counter and return it
 once at the end, so the parent merges only a handful of tables.
 
-Workers live by `packlm.workers`' rules: they die with their parent, and a worker that dies
+Workers live by `packlm.runtime.workers`' rules: they die with their parent, and a worker that dies
 (the OOM killer, a kill) is an error naming the phase and the signal within a second, never
 a hang.
 """
@@ -24,6 +24,14 @@ from pathlib import Path
 
 import regex
 
+from packlm.runtime.workers import (
+    WorkerDied,
+    death_message,
+    die_with_parent,
+    exited,
+    leave_ctrl_c_to_the_parent,
+    start_context,
+)
 from packlm.tokenizer.pretokenize import (
     MAX_PRETOKEN_CHARS,
     PIECE_CHARS,
@@ -32,14 +40,6 @@ from packlm.tokenizer.pretokenize import (
     special_regex,
     split_special,
     stream_cut,
-)
-from packlm.workers import (
-    WorkerDied,
-    death_message,
-    die_with_parent,
-    exited,
-    leave_ctrl_c_to_the_parent,
-    start_context,
 )
 
 log = logging.getLogger(__name__)

@@ -14,6 +14,16 @@ class Document(NamedTuple):
     """Position of the document's entry in data.sources (or data.val_sources)."""
 
 
+def parse_doc_id(doc_id: str) -> dict[str, Any]:
+    """`source:path[@span][:record]` -> path and record (a JSONL line number, a Parquet row,
+    the k-th piece of a text file split on data.separator); None where the id has none."""
+    _, _, rest = doc_id.partition(":")
+    path, _, last = rest.rpartition(":")
+    if path and last.isdigit():
+        return {"path": path, "record": int(last)}
+    return {"path": rest or None, "record": None}
+
+
 class SourceError(ValueError):
     """A source that cannot become documents; the message starts with the culprit."""
 

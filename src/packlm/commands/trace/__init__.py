@@ -28,8 +28,9 @@ number data.skip_steps takes) passes over the left-out ones; a piece of a skippe
 says so and gives no target.
 """
 
-from packlm.trace.cli import main, render
-from packlm.trace.run import tracer_of
-from packlm.trace.tracer import Schedule, Tracer, parse_doc_id
+from packlm.commands.trace.cli import main, render
+from packlm.commands.trace.run import tracer_of
+from packlm.commands.trace.tracer import Schedule, Tracer
+from packlm.data.store.sources.document import parse_doc_id
 
 __all__ = ["Schedule", "Tracer", "main", "parse_doc_id", "render", "tracer_of"]

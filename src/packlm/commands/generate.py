@@ -13,8 +13,8 @@ import hydra
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
-from packlm.config import CONFIG_DIR
-from packlm.config_help import exit_if_help
+from packlm.config.help import exit_if_help
+from packlm.config.schema import CONFIG_DIR
 from packlm.errors import ConfigError, one_line_errors
 
 

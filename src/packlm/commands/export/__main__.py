@@ -18,15 +18,15 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
-from packlm.config import CONFIG_DIR, PackLMConfig
-from packlm.config_help import exit_if_help
-from packlm.data.config import DataConfig
+from packlm.commands.export import FORMATS
+from packlm.commands.export.output import MARKER, destination, output_dir
+from packlm.commands.prepare import logs_to_stderr
+from packlm.config.data import DataConfig
+from packlm.config.help import exit_if_help
+from packlm.config.schema import CONFIG_DIR, PackLMConfig
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
-from packlm.export import FORMATS
-from packlm.export.output import MARKER, destination, output_dir
-from packlm.prepare import logs_to_stderr
-from packlm.tokenizer.config import TokenizerConfig
 
 
 @dataclass
@@ -56,7 +56,7 @@ def export(cfg: DictConfig) -> dict:
         raise ConfigError("format=tiktoken: give ckpt_path=<file.ckpt> or tokenizer.path=<dir>")
     dest = destination(cfg.out, cfg.overwrite)  # before anything is read
     if fmt == "hf":
-        from packlm.export.hf import require_hf
+        from packlm.commands.export.hf import require_hf
 
         require_hf()  # before reading anything
     from packlm.checkpoint.load import load_checkpoint  # torch: not for `--help`
@@ -65,11 +65,11 @@ def export(cfg: DictConfig) -> dict:
     notes: list[str] = []
     with output_dir(dest, cfg.overwrite) as tmp:
         if fmt == "hf":
-            from packlm.export.hf import export_hf
+            from packlm.commands.export.hf import export_hf
 
             export_hf(ckpt.weights, ckpt.model, ckpt.tokenizer, tmp)
         elif fmt == "tiktoken":
-            from packlm.export.tiktoken_ranks import export_tiktoken
+            from packlm.commands.export.tiktoken_ranks import export_tiktoken
 
             export_tiktoken(ckpt.tokenizer if ckpt else _tokenizer_at(cfg.tokenizer), tmp)
         else:
@@ -98,10 +98,10 @@ def _export_stores(cfg: DictConfig, fmt: str, ckpt, tmp: Path) -> list[str]:
     prepared = prepare_stores(data, tokenizer_cfg, cfg.cache_dir, progress=True)
     stores = {split: prepared.open(split) for split in ("train", "val")}
     if fmt == "nanogpt":
-        from packlm.export.nanogpt import export_nanogpt
+        from packlm.commands.export.nanogpt import export_nanogpt
 
         return export_nanogpt(stores, prepared.tokenizer, tmp)
-    from packlm.export.megatron import export_megatron
+    from packlm.commands.export.megatron import export_megatron
 
     return export_megatron(stores, prepared.tokenizer, tmp)
 

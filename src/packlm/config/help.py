@@ -44,7 +44,7 @@ def documented_keys(config: type | None = None) -> list[tuple[str, str]]:
     groups as `group.key`; a group passing other keys through (the Trainer's) adds
     `group.*`. The order of docs/configuration.md's table."""
     if config is None:
-        from packlm.config import PackLMConfig
+        from packlm.config.schema import PackLMConfig
 
         config = PackLMConfig
     out = []
@@ -154,7 +154,7 @@ def command(name: str, config: type | None = None) -> Command:
 
 def _groups() -> list[str]:
     """`group=option` lines from the folders of conf/ (no Hydra needed to list them)."""
-    from packlm.config import CONFIG_DIR
+    from packlm.config.schema import CONFIG_DIR
 
     lines = []
     for folder in sorted(p for p in Path(CONFIG_DIR).iterdir() if p.is_dir()):

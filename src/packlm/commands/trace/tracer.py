@@ -12,6 +12,7 @@ from packlm.batch import IGNORE_INDEX, drop_skipped, labels
 from packlm.data.epoch.curriculum import Phase, Position, Segment, epoch_segments
 from packlm.data.plans import EpochPlans
 from packlm.data.skip import StepSkips
+from packlm.data.store.sources.document import parse_doc_id
 from packlm.errors import ConfigError
 
 LABEL_RULE = (
@@ -273,16 +274,6 @@ def document_tokens(store, d: int, begin: int, length: int, bos: bool) -> np.nda
         return np.asarray(store.tokens[first + begin : first + begin + length], dtype=np.int64)
     read = np.asarray(store.tokens[first + np.maximum(pos - 1, 0)], dtype=np.int64)
     return np.where(pos == 0, store.eos_id, read)
-
-
-def parse_doc_id(doc_id: str) -> dict[str, Any]:
-    """`source:path[@span][:record]` -> path and record (a JSONL line number, a Parquet row,
-    the k-th piece of a text file split on data.separator); None where the id has none."""
-    _, _, rest = doc_id.partition(":")
-    path, _, last = rest.rpartition(":")
-    if path and last.isdigit():
-        return {"path": path, "record": int(last)}
-    return {"path": rest or None, "record": None}
 
 
 def runs(mask: np.ndarray) -> list[list[int]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
-from packlm.config_group import ConfigGroup, check_choice, check_positive_int
+from packlm.config.group import ConfigGroup, check_choice, check_positive_int
 from packlm.errors import ConfigError
 
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex", "matmul")

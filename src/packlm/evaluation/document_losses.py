@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from packlm.trace.tracer import parse_doc_id
+from packlm.data.store.sources.document import parse_doc_id
 
 COLUMNS = ("rank", "source", "document", "doc_id", "path", "record", "tokens", "supervised",
            "loss", "bpb")  # fmt: skip

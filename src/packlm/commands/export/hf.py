@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from packlm.model.config import ModelConfig, as_dict
+from packlm.config.model import ModelConfig, as_dict
 from packlm.tokenizer.formats import write_atomic
 
 PAD_TOKEN = "<|pad|>"

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from packlm.config_group import ConfigGroup, check_choice, check_positive_int
+from packlm.config.group import ConfigGroup, check_choice, check_positive_int
 from packlm.errors import ConfigError
 
 __all__ = ["DataConfig"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from packlm.commands.trace.tracer import Schedule, Tracer
 from packlm.data.plans import EpochPlans
 from packlm.errors import ConfigError
-from packlm.trace.tracer import Schedule, Tracer
 
 
 def tracer_of(path: str | Path, world_size: int | None = None) -> Tracer:
@@ -15,8 +15,8 @@ def tracer_of(path: str | Path, world_size: int | None = None) -> Tracer:
     config and tokenizer; the trainer settings from its run's config when there is one)."""
     from omegaconf import OmegaConf
 
-    from packlm.data.config import DataConfig
-    from packlm.tokenizer.config import TokenizerConfig
+    from packlm.config.data import DataConfig
+    from packlm.config.tokenizer import TokenizerConfig
 
     path = Path(path)
     run_cfg, tokenizer, data = None, None, None

@@ -17,17 +17,17 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from packlm.config import CONFIG_DIR
-from packlm.config_help import exit_if_help
-from packlm.data.config import DataConfig
+from packlm.commands.prepare import logs_to_stderr
+from packlm.config.data import DataConfig
+from packlm.config.help import exit_if_help
+from packlm.config.model import ModelConfig
+from packlm.config.schema import CONFIG_DIR
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.epoch.statistics import to_json
 from packlm.data.plans import EpochPlans
 from packlm.data.store.sources.document import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
-from packlm.model.config import ModelConfig
-from packlm.prepare import logs_to_stderr
-from packlm.tokenizer.config import TokenizerConfig
 
 
 def statistics(cfg: DictConfig, epochs: int = 1) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from packlm.config_group import ConfigGroup, check_positive_int
+from packlm.config.group import ConfigGroup, check_positive_int
 from packlm.errors import ConfigError
 
 

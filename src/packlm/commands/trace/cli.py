@@ -6,9 +6,9 @@ import json
 import sys
 from typing import Any
 
+from packlm.commands.trace.run import tracer_of
+from packlm.commands.trace.tracer import LABEL_RULE
 from packlm.errors import ConfigError
-from packlm.trace.run import tracer_of
-from packlm.trace.tracer import LABEL_RULE
 
 
 def render(traces: list[dict[str, Any]]) -> str:

@@ -20,17 +20,17 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from packlm.config_group import ConfigGroup
-from packlm.data.config import DataConfig
-from packlm.data.store.prepared import DEFAULT_CACHE_DIR
+from packlm.cache import DEFAULT_CACHE_DIR
+from packlm.config.data import DataConfig
+from packlm.config.group import ConfigGroup
+from packlm.config.model import ModelConfig, OptimConfig
+from packlm.config.tokenizer import TokenizerConfig
+from packlm.config.trainer import TrainerConfig, TrainerSchema
 from packlm.errors import ConfigError
-from packlm.model.config import ModelConfig, OptimConfig
-from packlm.tokenizer.config import TokenizerConfig
-from packlm.trainer_config import TrainerConfig, TrainerSchema
 
-# conf/ at the top of the project (src/packlm/config.py -> ../../conf); PACKLM_CONFIG_DIR overrides.
+# conf/ at the top of the project (src/packlm/config/schema.py -> ../../../conf); PACKLM_CONFIG_DIR overrides.
 CONFIG_DIR = str(
-    Path(os.environ.get("PACKLM_CONFIG_DIR", Path(__file__).resolve().parents[2] / "conf"))
+    Path(os.environ.get("PACKLM_CONFIG_DIR", Path(__file__).resolve().parents[3] / "conf"))
 )
 
 

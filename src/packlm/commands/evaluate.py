@@ -8,7 +8,7 @@ windows and the same figures as a table on stderr. Window, packing and the reade
 options are the checkpoint's unless given (data.window=..., data.packing=...).
 
 `per_document=true` also writes the loss of every document, hardest first
-(`packlm.document_losses`): a CSV at `per_document_path` (default `per_document.csv` in
+(`packlm.evaluation.document_losses`): a CSV at `per_document_path` (default `per_document.csv` in
 the working directory) and a Parquet table beside it where pyarrow is installed; the JSON
 names both (`per_document`), stderr says where they went.
 """
@@ -27,9 +27,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 from tqdm.auto import tqdm
 
-from packlm.config import CONFIG_DIR
-from packlm.config_help import exit_if_help
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
+from packlm.config.help import exit_if_help
+from packlm.config.schema import CONFIG_DIR
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
 
@@ -148,7 +148,7 @@ def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: s
 
 
 def _write_table(totals, store, bos: bool, path: str | Path) -> dict[str, str | None]:
-    from packlm.document_losses import document_table, write_tables
+    from packlm.evaluation.document_losses import document_table, write_tables
 
     doc_nats, doc_targets, doc_bytes = totals.take().cpu().numpy()
     return write_tables(document_table(store, doc_nats, doc_targets, doc_bytes, bos), path)

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Union
 
-from packlm.config_group import ConfigGroup
+from packlm.config.group import ConfigGroup
 from packlm.errors import ConfigError
 
 OWNED = {
@@ -40,7 +40,7 @@ OWNED = {
 
 def trainer_parameters() -> dict[str, inspect.Parameter]:
     """The arguments of `lightning.Trainer` a config may set, with their annotations."""
-    import lightning as L  # here, not above: `packlm.config` must not import torch (see below)
+    import lightning as L  # here, not above: `packlm.config.schema` must not import torch (see below)
 
     params = inspect.signature(L.Trainer.__init__).parameters
     return {k: p for k, p in params.items() if k != "self" and k not in OWNED}
@@ -146,7 +146,7 @@ class TrainerConfig(ConfigGroup):
 
     def trainer_kwargs(self) -> dict[str, Any]:
         """The values that differ from Lightning's defaults (the Trainer's keyword arguments)."""
-        from packlm.precision import auto_precision  # torch: only where a run starts
+        from packlm.config.precision import auto_precision  # torch: only where a run starts
 
         params = trainer_parameters()
         values = asdict(self)

@@ -25,15 +25,15 @@ import hydra
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from packlm.config import CONFIG_DIR
-from packlm.config_help import exit_if_help
-from packlm.data.config import DataConfig
+from packlm.config.data import DataConfig
+from packlm.config.help import exit_if_help
+from packlm.config.schema import CONFIG_DIR
+from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.prepared import PreparedData, prepare_stores
 from packlm.data.store.sources.document import SourceError
 from packlm.data.store.token_store import TOKENS_FILE, StoreError
 from packlm.data.store.verify import decoded_bytes
 from packlm.errors import ConfigError, one_line_errors
-from packlm.tokenizer.config import TokenizerConfig
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="tools", version_base=None)

@@ -1,0 +1,5 @@
+import sys
+
+from packlm.commands.trace.cli import main
+
+sys.exit(main())

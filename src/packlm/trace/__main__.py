@@ -1,5 +1,0 @@
-import sys
-
-from packlm.trace.cli import main
-
-sys.exit(main())
