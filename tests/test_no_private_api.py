@@ -23,7 +23,10 @@ PUBLIC_UNDERSCORED = {"_exit", "_asdict", "_replace", "_fields", "_make", "_fiel
 """Documented names that start with an underscore (os._exit, namedtuple's methods)."""
 
 PENDING = {
-    ("src/packlm/commands/export/tiktoken_ranks.py", "_pat_str"): "tiktoken's, not one of LIBRARIES",
+    (
+        "src/packlm/commands/export/tiktoken_ranks.py",
+        "_pat_str",
+    ): "tiktoken's, not one of LIBRARIES",
     ("src/packlm/data/store/encode.py", "_processes"): "concurrent.futures', not one of LIBRARIES",
 }
 """Uses in files of other owners (model/, data/, export/), each with its replacement: an

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from packlm import shims
+from packlm.runtime import shims
 
 
 def test_foreach_mul_scales_every_tensor_in_place():

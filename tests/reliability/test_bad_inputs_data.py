@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from packlm.data.store.layout import write_npy
 from packlm.data.store.sources import (
     ReadCounts,
     ReadOptions,
@@ -24,7 +25,6 @@ from packlm.data.store.sources import (
     iter_documents,
     resolve_sources,
 )
-from packlm.data.store.token_store import write_npy
 from packlm.errors import ConfigError
 
 TEXT = "a line of ordinary text, the head of the file.\n" * 40

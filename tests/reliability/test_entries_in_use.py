@@ -15,10 +15,10 @@ import pytest
 from helpers.corpus import write_tiny_corpus
 from helpers.processes import still_running
 from packlm.cache import entry as cache_entry
-from packlm.cache import inventory
 from packlm.cache.__main__ import main
 from packlm.cache.entry import EntryInUse, hold, in_use_dir
-from packlm.cache.inventory import entries, remove
+from packlm.commands import cache_inventory as inventory
+from packlm.commands.cache_inventory import entries, remove
 from packlm.config.data import DataConfig
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.prepared import prepare_stores

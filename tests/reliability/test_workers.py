@@ -20,7 +20,7 @@ import pytest
 
 from helpers.corpus import write_tiny_corpus
 from helpers.processes import still_running
-from packlm import workers
+from packlm.runtime import workers
 from packlm.config.data import DataConfig
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store import build as build_module

@@ -13,7 +13,8 @@ import pytest
 
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.tokenizer import Tokenizer, formats
-from packlm.tokenizer.obtain import _read_tables, get_tokenizer
+from packlm.tokenizer.obtain import get_tokenizer
+from packlm.tokenizer.tables import _read_tables
 
 EOT = "<|endoftext|>"
 TEXT = "Hello, world! Grüße 你好 🙂\n\n  def f(x):\n\treturn x <|endoftext|> 'tis 1234567 abc"

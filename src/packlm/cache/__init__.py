@@ -6,9 +6,8 @@
 2. `entry.py`: one entry is a directory that appears whole or not at all: built in a hidden
    temporary sibling under an exclusive lock, then renamed into place; `mark_used` dates a hit;
    `hold` records that a live run reads it, so it is not removed under the run.
-3. `inventory.py`: the entries of a cache directory (what, how big, last used, built from),
-   and removing them under their lock; `python -m packlm.cache` (`__main__.py`) lists,
-   removes and prunes them.
+The inventory of a cache directory and `python -m packlm.cache` are a command:
+`packlm.commands.cache` and `cache_inventory`. Nothing here knows what an entry holds.
 """
 
 from packlm.cache.entry import locked, mark_used, replace_dir, temporary_sibling

@@ -20,7 +20,7 @@
 from packlm.callbacks.batch_hashes import BatchHashes
 from packlm.callbacks.budget import SupervisedTokenBudget
 from packlm.callbacks.checkpointing import AtomicCheckpointIO, BestCheckpoint, LastCheckpoint
-from packlm.callbacks.finite_training import FiniteTraining, TrainingDiverged
+from packlm.callbacks.finite_training import FiniteTraining
 from packlm.callbacks.graceful_stop import GracefulStop, TrainingStopped
 from packlm.callbacks.progress_bar import (
     EpochProgressBar,
@@ -39,6 +39,7 @@ from packlm.callbacks.views import (
     TextSamples,
     TrainingRowText,
 )
+from packlm.checkpoint.last import TrainingDiverged
 
 __all__ = [
     "AtomicCheckpointIO",

@@ -32,12 +32,10 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from packlm.callbacks.finite_training import TrainingDiverged, nonfinite_weight
+from packlm.checkpoint.last import LAST, TrainingDiverged, nonfinite_weight
 from packlm.errors import write_error
 
 log = logging.getLogger(__name__)
-
-LAST = "last.ckpt"
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -2,45 +2,18 @@
 
 `FiniteTraining` raises `TrainingDiverged` at the first optimizer step whose loss is not
 finite, and before a validation on non-finite weights; `LastCheckpoint` refuses to write
-non-finite weights (`nonfinite_weight`), so `last.ckpt` keeps the last good step.
+non-finite weights (`nonfinite_weight`), so `last.ckpt` keeps the last good step (the rule of
+`packlm.checkpoint.last`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightning as L
-import torch
 
-if TYPE_CHECKING:
-    from packlm.callbacks.checkpointing import LastCheckpoint
-
-
-def nonfinite_weight(module: torch.nn.Module) -> str | None:
-    """The name of the first parameter holding a NaN or an infinity, None when all are finite
-    (one device sync)."""
-    named = list(module.named_parameters())
-    if not named:
-        return None
-    finite = torch.stack([torch.isfinite(p.detach()).all() for _, p in named]).tolist()
-    return next((name for (name, _), ok in zip(named, finite, strict=True) if not ok), None)
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss or the weights became NaN or infinite; last.ckpt holds the last good step."""
-
-    def __init__(self, step: int, what: str, last: LastCheckpoint):
-        self.step = step
-        kept = (
-            f"{last.path} keeps step {last.saved_step}"
-            if last.saved_step is not None
-            else f"{last.path} was not written by this run"
-        )
-        super().__init__(
-            f"training diverged at step {step}: {what}; {kept}. Try a lower optim.lr, a longer "
-            "optim.warmup_steps, trainer.gradient_clip_val=1.0 or trainer.precision=32-true"
-        )
+from packlm.checkpoint.last import LastFile, TrainingDiverged, nonfinite_weight
 
 
 class FiniteTraining(L.Callback):
@@ -48,7 +21,7 @@ class FiniteTraining(L.Callback):
     finite, and before a validation on non-finite weights: without it a diverged run went on
     to its end, wrote NaN weights into last.ckpt and died in the text sampler."""
 
-    def __init__(self, last: LastCheckpoint):
+    def __init__(self, last: LastFile):
         self.last = last
         self._step_seen: int | None = None
 

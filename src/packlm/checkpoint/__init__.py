@@ -7,6 +7,8 @@ checkpoint never imports Lightning).
 2. `extras.py`: `CheckpointExtras`, the Lightning callback that writes those extras.
 3. `load.py`: `load_checkpoint` -> weights, model config, tokenizer, data config, for
    generate, evaluate and export.
-4. `resume.py`: the checks made before a resume or `init_from` does any work (data plan,
+4. `last.py`: the last-file rule (last.ckpt holds the last good step, never non-finite
+   weights) and `TrainingDiverged`.
+5. `resume.py`: the checks made before a resume or `init_from` does any work (data plan,
    model shape, tokenizer), and the changed settings a resume applies.
 """

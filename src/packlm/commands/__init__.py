@@ -7,7 +7,8 @@
 5. `compare.py`: a sweep's runs side by side, read back from TensorBoard.
 6. `trace/`: any step of a run -> the documents, spans and source records it trained on.
 7. `export/`: a checkpoint or the stores in the files other libraries read.
-8. `cache.py`: list, remove and prune cache entries (`python -m packlm.cache`).
+8. `cache.py` + `cache_inventory.py`: list, remove and prune cache entries
+   (`python -m packlm.cache`, whose `__main__` stays in the cache package it manages).
 
 Training itself is `python train.py` (`packlm.train`). Each command parses its own
 arguments, answers `--help` before importing torch, and reports errors in one line.

@@ -20,7 +20,7 @@ import sys
 
 from packlm.cache import DEFAULT_CACHE_DIR
 from packlm.cache.entry import EntryInUse, holders, in_use_message
-from packlm.cache.inventory import Entry, entries, remove
+from packlm.commands.cache_inventory import Entry, entries, remove
 
 
 def main(argv: list[str] | None = None) -> int:

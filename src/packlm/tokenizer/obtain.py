@@ -4,26 +4,17 @@ A trained tokenizer depends on the training documents (never the validation spli
 the tokenizer options, so it is cached under `<cache_dir>/tokenizers/<digest>` of exactly
 those; a second run, or a sweep that changes only `data.window`, loads it in milliseconds.
 
-Loading files (GPT-2's, a saved directory) derives id tables and checks them (the ids of
-every merge, the digest, whether tiktoken gives the same ids): `with_tables` keeps those
-results under `<cache_dir>/tables/<key>.npz`, keyed by sha256 of the files' bytes, the load
-options and packlm's code that derives them, so a later load of the same bytes only reads
-arrays. A missing, corrupt or foreign entry is recomputed, never trusted.
+Loading files (GPT-2's, a saved directory) keeps what it derives in `tables.py`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import logging
-import os
 import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from packlm.cache.entry import locked, mark_used, replace_dir, temporary_sibling
 from packlm.cache.fingerprint import describe_change, digest, latest
@@ -33,12 +24,8 @@ from packlm.errors import ConfigError, write_error
 log = logging.getLogger(__name__)
 
 TOKENIZERS_DIR = "tokenizers"  # <cache_dir>/tokenizers/<digest>: one trained tokenizer each
-TABLES_DIR = "tables"  # <cache_dir>/tokenizers/tables/<sha256>.npz: what loading files derived
 CACHE_FILE = "packlm_cache.json"
 """Written next to the tokenizer's own files: the fingerprint it was trained for."""
-TABLES_FORMAT = "packlm-tables-1"
-ARRAYS = ("tokens", "ends", "byte_ids", "merge_ids")  # the arrays of a tables file
-FACTS = ("pattern", "special_token_ids", "digest", "tiktoken")  # and its JSON facts
 
 
 def cache_fingerprint(cfg: TokenizerConfig, training_documents: dict[str, Any]) -> dict[str, Any]:
@@ -224,88 +211,3 @@ def _train(cfg: TokenizerConfig, texts: Iterable[str], progress: bool) -> Any:
         texts, cfg.vocab_size, list(cfg.special_tokens), pattern=cfg.pattern, progress=progress
     )
     return Tokenizer(vocab, merges, special_tokens=list(cfg.special_tokens), pattern=cfg.pattern)
-
-
-def with_tables(cls, cache_dir, files: list, options: dict, build: Callable, engine: str):
-    """`build()`'s tokenizer; with a `cache_dir`, read from the tables an earlier build from
-    files of the same bytes and options left there (then kept for the next load)."""
-    key = None if cache_dir is None else _tables_key(files, options)
-    if key is None:  # no cache, or a file cannot be read: build() names it
-        return build()
-    path = Path(cache_dir) / TABLES_DIR / f"{key}.npz"
-    tables = _read_tables(path)
-    if tables is not None:
-        mark_used(path)
-        return cls._from_tables(tables, engine)
-    tokenizer = build()
-    if _tables_key(files, options) == key:  # no file changed while build() read it
-        _write_tables(path, tokenizer._tables())
-    return tokenizer
-
-
-def _tables_key(files: list, options: dict) -> str | None:
-    from packlm.tokenizer import encoder, formats, tokenizer
-
-    h = hashlib.sha256(f"{TABLES_FORMAT}\0{json.dumps(options)}\0".encode())
-    # the code that derives the tables too: a packlm that derives them differently never
-    # reads these (the pattern is not in them: every load resolves it again)
-    code = [m.__file__ for m in (encoder, formats, tokenizer)] + [__file__]
-    try:
-        for path in [*files, *code]:
-            data = Path(path).read_bytes()
-            h.update(len(data).to_bytes(8, "little") + data)
-    except OSError:
-        return None
-    return h.hexdigest()
-
-
-def _checksum(facts: dict, arrays: list[np.ndarray]) -> str:
-    h = hashlib.sha256(json.dumps(facts, sort_keys=True).encode())
-    for a in arrays:
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
-def _write_tables(path: Path, tables: dict) -> None:
-    """Arrays + their sha256 and the small facts in JSON; a temporary name, then renamed."""
-    table = tables["table"]
-    arrays = [
-        np.frombuffer(b"".join(table), dtype=np.uint8),
-        np.cumsum([len(t) for t in table], dtype=np.int64),
-        np.array(tables["byte_ids"], dtype=np.int32),
-        np.array(tables["merge_ids"], dtype=np.int32).reshape(-1, 3),
-    ]
-    facts = {k: tables[k] for k in FACTS}
-    meta = {"format": TABLES_FORMAT, "sha256": _checksum(facts, arrays), "facts": facts}
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            np.savez(f, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
-                     **dict(zip(ARRAYS, arrays, strict=True)))  # fmt: skip
-        os.replace(tmp, path)
-    except OSError as e:  # only a cache: the tokenizer itself is fine
-        log.warning("cannot keep the tokenizer tables in %s: %s", path, e)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-
-
-def _read_tables(path: Path) -> dict | None:
-    """The tables at `path`, or None when absent or not exactly what was written."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(z["meta"].tobytes())
-            arrays = [z[k] for k in ARRAYS]
-        facts = meta["facts"]
-        if meta["format"] != TABLES_FORMAT or meta["sha256"] != _checksum(facts, arrays):
-            raise ValueError("checksum or format mismatch")
-        tokens, ends, byte_ids, merge_ids = arrays
-        blob, ends = tokens.tobytes(), ends.tolist()
-        table = [blob[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-        return {"table": table, "byte_ids": byte_ids.tolist(), "merge_ids": merge_ids, **facts}
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except Exception as e:  # any unreadable entry is recomputed, never trusted
-        log.warning("recomputing the tokenizer tables %s (%s: %s)", path, type(e).__name__, e)
-        return None

@@ -20,6 +20,7 @@ from packlm.tokenizer.pretokenize import (
     split_special,
     stream_cut,
 )
+from packlm.tokenizer.tables import with_tables
 
 STREAM_CHARS = 1 << 16  # text buffered by encode_iterable before it looks for a cut
 
@@ -69,7 +70,7 @@ class Tokenizer:
 
     @classmethod
     def _from_tables(cls, tables: dict, engine: str = "auto") -> Tokenizer:
-        """The tokenizer whose `_tables()` these are (kept by obtain.py for the same files):
+        """The tokenizer whose `_tables()` these are (kept by tables.py for the same files):
         nothing is checked again; merges become Python objects only when asked for."""
         self = cls.__new__(cls)
         self._set_options(tables["pattern"], engine)
@@ -86,7 +87,7 @@ class Tokenizer:
         return self
 
     def _tables(self) -> dict:
-        """What a load derives from its files, for obtain.py to keep (exact: no check skipped)."""
+        """What a load derives from its files, for tables.py to keep (exact: no check skipped)."""
         return {"table": self._table, "byte_ids": self._byte_ids, "pattern": self.pattern,
                 "merge_ids": self._merge_ids, "special_token_ids": self.special_token_ids,
                 "digest": self.digest(), "tiktoken": self._tiktoken_ranks() is not None}  # fmt: skip
@@ -234,9 +235,7 @@ class Tokenizer:
         cache_dir: str | os.PathLike | None = None,
     ) -> Tokenizer:
         """Load GPT-2 style vocab.json + merges.txt (byte-to-unicode strings). With a
-        `cache_dir`, what loading derives is kept there for the next load (obtain.py)."""
-        from packlm.tokenizer import obtain
-
+        `cache_dir`, what loading derives is kept there for the next load (tables.py)."""
         special_tokens = check_special_tokens(special_tokens)
 
         def build() -> Tokenizer:
@@ -245,7 +244,7 @@ class Tokenizer:
             return cls(vocab, merges, special_tokens, pattern, engine=engine)
 
         options = {"files": "gpt2", "special_tokens": special_tokens, "pattern": pattern}
-        return obtain.with_tables(cls, cache_dir, [vocab_path, merges_path], options, build, engine)
+        return with_tables(cls, cache_dir, [vocab_path, merges_path], options, build, engine)
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write vocab.json, merges.txt and tokenizer_config.json (each atomically)."""
@@ -260,11 +259,9 @@ class Tokenizer:
         cache_dir: str | os.PathLike | None = None,
     ) -> Tokenizer:
         """Load a directory written by `save` (its digest checked); `cache_dir` as in from_files."""
-        from packlm.tokenizer import obtain
-
         files = [os.path.join(directory, name) for name in formats.SAVED_FILES]
         build = lambda: formats.load_dir(cls, directory, engine=engine)  # noqa: E731
-        return obtain.with_tables(cls, cache_dir, files, {"files": "saved"}, build, engine)
+        return with_tables(cls, cache_dir, files, {"files": "saved"}, build, engine)
 
     def save_hf(self, path: str | os.PathLike) -> None:
         """Write a Hugging Face tokenizer.json giving the same ids."""

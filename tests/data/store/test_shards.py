@@ -73,7 +73,7 @@ def test_four_shards_hold_the_documents_and_tokens_of_one_store(stores, split):
 
 
 def test_the_cache_listing_names_each_shard(stores):
-    from packlm.cache.inventory import entries
+    from packlm.commands.cache_inventory import entries
 
     built = [e.built_from for e in entries(stores[2]) if e.kind == "store"]
     shards = sorted(b.rsplit(", ", 1)[-1] for b in built if "shard" in b)

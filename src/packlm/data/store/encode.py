@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from packlm.data.store.token_store import write_npy
+from packlm.data.store.layout import write_npy
 from packlm.runtime.workers import (
     WorkerDied,
     death_message,

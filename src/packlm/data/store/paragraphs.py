@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from packlm.data.store.token_store import write_npy
+from packlm.data.store.layout import write_npy
 
 VERSION = 1  # of the definition above: a new one gives a new cache key
 CHUNK = 1 << 20  # tokens per vectorised step

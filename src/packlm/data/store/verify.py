@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from packlm.data.store.token_store import MANIFEST_FILE, OFFSETS_FILE, TOKENS_FILE
+from packlm.data.store.layout import MANIFEST_FILE, OFFSETS_FILE, TOKENS_FILE
 
 CHECKSUM_FULL_BYTES = 16 << 20
 """Files up to this size are hashed whole; larger ones by CHECKSUM_BLOCKS evenly spaced blocks."""

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packlm.cache.entry import holders, locked, refuse_if_in_use, release_dir
+from packlm.data.store.layout import MANIFEST_FILE
 from packlm.data.store.prepared import STORES_DIR
-from packlm.data.store.token_store import MANIFEST_FILE
-from packlm.tokenizer.obtain import CACHE_FILE, TABLES_DIR, TOKENIZERS_DIR
+from packlm.tokenizer.obtain import CACHE_FILE, TOKENIZERS_DIR
+from packlm.tokenizer.tables import TABLES_DIR
 
 
 @dataclass(frozen=True)
