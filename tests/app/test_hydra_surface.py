@@ -21,8 +21,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint, Timer
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from helpers.runs import ROOT, tiny_overrides
-from packlm.config import trainer as trainer_config
 from packlm.callbacks.token_axis import BY_TOKENS
+from packlm.config import trainer as trainer_config
 from packlm.config.schema import CONFIG_DIR, validate_config
 from packlm.config.trainer import OWNED, TrainerSchema
 from packlm.errors import ConfigError

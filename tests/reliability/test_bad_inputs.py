@@ -17,7 +17,7 @@ import torch
 from hydra.errors import ConfigCompositionException
 
 import packlm.runtime.run_folder as run_folder
-import packlm.train.job as train_module
+import packlm.train.report as train_report
 from packlm.config.data import DataConfig
 from packlm.config.model import ModelConfig
 from packlm.config.schema import validate_config
@@ -55,8 +55,8 @@ def build(root: Path, cache: Path, **data):
 def logged_counts(prepared, caplog) -> str:
     dm = PackedDataModule(prepared=prepared, window=8, num_workers=0)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="packlm.train.job"):
-        train_module._log_data_counts(dm)
+    with caplog.at_level(logging.INFO, logger="packlm.train.report"):
+        train_report.log_data_counts(dm)
     return "\n".join(r.getMessage() for r in caplog.records)
 
 

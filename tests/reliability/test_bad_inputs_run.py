@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-import packlm.train.job as job
+import packlm.train.compose as run_compose
 from helpers.runs import checkpoint_step, weights
 from packlm.callbacks import LastCheckpoint, TrainingDiverged
 from packlm.checkpoint.contents import KEY as EXTRAS_KEY
@@ -122,11 +122,13 @@ def test_a_model_vocabulary_smaller_than_the_tokenizers_is_refused(compose_tiny)
     ):
         validate_config(compose_tiny("model.vocab_size=290"))
     config = validate_config(compose_tiny("model.vocab_size=300"))
-    assert job._model_vocab(config, 300) == 300
+    assert run_compose.model_vocab(config, 300) == 300
     with pytest.raises(ConfigError, match=r"model\.vocab_size=300: smaller than the tokenizer's "
                        r"vocabulary \(305 entries"):  # fmt: skip
-        job._model_vocab(config, 305)  # a loaded tokenizer (tokenizer.path) of 305 ids
-    assert job._model_vocab(validate_config(compose_tiny()), 305) == 305  # default: the tokenizer's
+        run_compose.model_vocab(config, 305)  # a loaded tokenizer (tokenizer.path) of 305 ids
+    assert (
+        run_compose.model_vocab(validate_config(compose_tiny()), 305) == 305
+    )  # default: the tokenizer's
 
 
 def test_a_vocabulary_the_corpus_cannot_fill_is_said_and_the_real_size_recorded(

@@ -20,12 +20,12 @@ import pytest
 
 from helpers.corpus import write_tiny_corpus
 from helpers.processes import still_running
-from packlm.runtime import workers
 from packlm.config.data import DataConfig
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store import build as build_module
 from packlm.data.store.encode import OrderedEncoder
 from packlm.data.store.prepared import prepare_stores
+from packlm.runtime import workers
 from packlm.tokenizer.training import counting
 from packlm.tokenizer.training.counting import WorkerDied, count_parallel
 

@@ -1,14 +1,15 @@
 """`python train.py`: one training job and what only it needs.
 
-1. `job.py`: `train(cfg)` composes data and model, fits, validates and reports; `main` is
-   the Hydra entry point (the Lightning+Hydra template's split).
-2. `loggers.py`: the `logger` and `callbacks` config groups -> Lightning objects.
-3. `tensorboard.py`: the run's TensorBoard logger (the `Loss/` group first, the token-axis
+1. `job.py`: `train(cfg)` checks the config, locks the run folder, prepares the data, fits,
+   validates and reports; `main` is the Hydra entry point (the Lightning+Hydra template's split).
+2. `compose.py`: the run's callbacks in order, its loggers, the Trainer and the module.
+3. `loggers.py`: the `logger` and `callbacks` config groups -> Lightning objects.
+4. `tensorboard.py`: the run's TensorBoard logger (the `Loss/` group first, the token-axis
    writer, a resume's `purge_step`).
-4. `ddp_hydra.py`: one job of a sweep launches its own DDP ranks and cleans up after them.
-5. `report.py`: what the terminal shows (the model's size, the final summary).
-6. `allocator.py`: the opt-in `train.keep_freed_memory` (glibc's malloc thresholds).
-7. `shown_config.py`: `--cfg` validates the config it prints.
+5. `ddp_hydra.py`: one job of a sweep launches its own DDP ranks and cleans up after them.
+6. `report.py`: what the terminal shows (data counts, the model's size, the final summary).
+7. `allocator.py`: the opt-in `train.keep_freed_memory` (glibc's malloc thresholds).
+8. `shown_config.py`: `--cfg` validates the config it prints.
 
 `main` answers `--help` and checks `--cfg` before torch and Lightning are imported (tens of
 seconds on a busy machine); `train` is job.py's, imported on first use.

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,62 +18,38 @@ import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
-from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 from packlm.callbacks import (
-    AtomicCheckpointIO,
-    BatchHashes,
-    BatchImages,
-    EpochProgressBar,
-    EpochStatistics,
-    FiniteTraining,
-    GracefulStop,
-    HParams,
-    LastCheckpoint,
-    ResumedSettings,
-    RunProgressBar,
-    SourceLosses,
-    StepMetrics,
-    SupervisedTokenAxis,
-    SupervisedTokenBudget,
-    TextSamples,
-    TokenBudget,
     TrainingDiverged,
-    TrainingRowText,
     TrainingStopped,
-    rich_available,
 )
 from packlm.checkpoint.contents import read_checkpoint, run_dir_of
-from packlm.checkpoint.extras import CheckpointExtras
 from packlm.checkpoint.resume import (
     changed_settings,
     check_init_from,
     check_model_shape,
     check_resume,
-    run_settings,
 )
-from packlm.config.model import ModelConfig
-from packlm.config.precision import auto_precision
-from packlm.config.schema import CONFIG_DIR, Validated, swept_keys, validate_config
+from packlm.config.schema import CONFIG_DIR, Validated, validate_config
 from packlm.data.datamodule import PackedDataModule
-from packlm.data.epoch.curriculum import expected_batches
 from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
-from packlm.model.lit_module import LitCausalLM
 from packlm.runtime.run_folder import check_writable
 from packlm.train.allocator import keep_freed_memory
+from packlm.train.compose import compose, model_vocab
 from packlm.train.ddp_hydra import ddp_relaunch_runs_this_job
-from packlm.train.loggers import build_callbacks, build_loggers
 from packlm.train.report import (
     Ran,
+    log_data_counts,
     log_model_size,
     quiet_lightning_leaf_spec,
     quiet_lightning_noise,
     stop_reason,
     summary,
+    vocab_note,
 )
 from packlm.train.resume_config import resume_config
 from packlm.train.run_lock import RunLocked, run_lock
@@ -128,11 +103,11 @@ def _fit(
     datamodule = PackedDataModule.from_config(config, cfg.cache_dir)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    _log_data_counts(datamodule)
-    vocab_note = _vocab_note(config, datamodule)
-    if vocab_note and rank_zero_only.rank == 0:
-        log.warning("%s", vocab_note)
-    model_config = replace(config.model, vocab_size=_model_vocab(config, datamodule.vocab_size))
+    log_data_counts(datamodule)
+    note = vocab_note(config, datamodule.vocab_size)
+    if note and rank_zero_only.rank == 0:
+        log.warning("%s", note)
+    model_config = replace(config.model, vocab_size=model_vocab(config, datamodule.vocab_size))
     resume_step = None
     if checkpoint is not None:
         check_model_shape(cfg.ckpt_path, checkpoint, model_config)
@@ -143,76 +118,8 @@ def _fit(
         del checkpoint
     if init is not None:
         check_init_from(cfg.init_from, init, model_config, datamodule.tokenizer)
-    validates = _has_validation(config, datamodule)
-    last = LastCheckpoint(run_dir / "checkpoints", config.train.checkpoint_every_n_steps)
-    budget = (
-        [SupervisedTokenBudget(config.train.max_supervised_tokens)]
-        if config.train.max_supervised_tokens
-        else []
-    )
-    validated_at: list[int] = []  # global steps of in-fit validations
-    callbacks = [
-        LambdaCallback(on_validation_end=lambda tr, _: validated_at.append(tr.global_step)),
-        *build_callbacks(cfg.callbacks, run_dir, validates),
-        *budget,  # before LastCheckpoint, which saves on the step the budget stops at
-        FiniteTraining(last),  # before LastCheckpoint: a NaN loss stops before any save
-        last,
-        GracefulStop(last),  # after LastCheckpoint: one write when both want the same step
-        CheckpointExtras(
-            datamodule.tokenizer,
-            asdict(config.data),
-            {**run_settings(config), "tokenizer.vocab_size": datamodule.vocab_size},  # the real
-        ),
-        ResumedSettings(config.optim),
-        StepMetrics(),  # before SupervisedTokenAxis, which reads the train/loss it logs
-        SupervisedTokenAxis(config.trainer.log_every_n_steps),
-        SourceLosses(datamodule.tokenizer, bos=config.data.bos),
-        HParams.of_run(config, datamodule, tuple(sorted(swept_keys()))),
-        EpochStatistics(datamodule, images=config.train.log_batch_images),
-        *callbacks,
-    ]
-    batch_hashes = BatchHashes.from_env()
-    if batch_hashes is not None:
-        callbacks.append(batch_hashes)
-    if config.train.log_batch_images:
-        callbacks += [BatchImages(), TrainingRowText(datamodule.tokenizer)]
-    if config.train.sample_prompt:
-        callbacks.append(
-            TextSamples(
-                datamodule.tokenizer, config.train.sample_prompt, config.train.sample_tokens
-            )
-        )
-
-    own_bar = any(isinstance(c, ProgressBar) for c in callbacks)  # a user's own bar wins
-    bar = None
-    if config.trainer.enable_progress_bar and not own_bar:
-        bar = EpochProgressBar() if rich_available() else RunProgressBar()
-        callbacks.append(bar)
-    trainer_kwargs = config.trainer.trainer_kwargs()
-    if config.trainer.precision == "auto":
-        chosen = auto_precision(config.trainer.accelerator)
-        log.info("trainer.precision=auto: %s on this machine; set it to choose", chosen)
-    if config.train.max_supervised_tokens:
-        trainer_kwargs["max_steps"] = -1  # the token budget decides
-    if not validates:
-        trainer_kwargs["limit_val_batches"] = 0
-    if not any(isinstance(c, ModelCheckpoint) for c in callbacks):  # callbacks=none
-        trainer_kwargs.setdefault("enable_checkpointing", False)  # no Lightning default one
-    loggers = build_loggers(cfg.logger, run_dir, resume_step)
-    trainer = L.Trainer(
-        **trainer_kwargs,
-        logger=loggers or False,
-        callbacks=callbacks,
-        plugins=[AtomicCheckpointIO()],
-        use_distributed_sampler=False,  # the DataModule shards the epoch plan itself
-        reload_dataloaders_every_n_epochs=1,  # each epoch has its own plan (and length)
-        default_root_dir=str(run_dir),
-    )
-    if bar is not None and config.train.max_supervised_tokens:  # the bar ends with the budget
-        batches_for = _expected_batches(datamodule, trainer.world_size)
-        bar.budget = TokenBudget(config.train.max_supervised_tokens, batches_for)
-    module = LitCausalLM(model=model_config, optim=_schedule_horizon(config, datamodule, trainer))
-    module.set_token_byte_lengths(datamodule.token_byte_lengths)  # for val/bpb
+    run = compose(cfg, config, run_dir, datamodule, model_config, resume_step, callbacks)
+    trainer, module = run.trainer, run.module
     if init is not None:
         module.load_state_dict(init["state_dict"])
         log.info("init_from: weights of %s (a new run: new optimizer and schedule)", cfg.init_from)
@@ -233,9 +140,9 @@ def _fit(
             for k, v in trainer.callback_metrics.items()
             if k.startswith(("val/", "train/"))
         }
-        already_validated = bool(validated_at) and validated_at[-1] == trainer.global_step
+        already_validated = bool(run.validated_at) and run.validated_at[-1] == trainer.global_step
         if (
-            validates
+            run.validates
             and config.train.validate_at_end
             and not config.trainer.fast_dev_run
             and not already_validated
@@ -253,7 +160,7 @@ def _fit(
             trainer.global_step,
             stop_reason(trainer, config.train.max_supervised_tokens),
         )
-        print(summary(metrics, ran, last.path, run_dir, validates, vocab_note))
+        print(summary(metrics, ran, run.last.path, run_dir, run.validates, note))
     return metrics
 
 
@@ -269,85 +176,6 @@ def _check_strategy_fits_the_machine(strategy: Any, accelerator: Any) -> None:
             f"trainer.strategy={strategy}: Lightning's FSDP needs CUDA GPUs, and "
             f"trainer.accelerator={accelerator} is {where}; on CPUs use trainer.strategy=ddp "
             "(gloo), e.g. trainer.accelerator=cpu trainer.devices=2"
-        )
-
-
-def _model_vocab(config: Validated, tokenizer_vocab: int) -> int:
-    """The embedding's rows: the tokenizer's vocabulary. model.vocab_size at its default means
-    just that; set to fewer rows than the tokenizer has ids it is refused (it used to be
-    replaced without a word)."""
-    given = config.model.vocab_size
-    if given != ModelConfig.vocab_size and given < tokenizer_vocab:
-        raise ConfigError(
-            f"model.vocab_size={given}: smaller than the tokenizer's vocabulary "
-            f"({tokenizer_vocab} entries, tokenizer.vocab_size={config.tokenizer.vocab_size}): "
-            "the embedding needs a row for every id; leave model.vocab_size at its default "
-            "(the tokenizer's size) or set it to at least that"
-        )
-    return tokenizer_vocab
-
-
-def _vocab_note(config: Validated, datamodule: PackedDataModule) -> str | None:
-    """When the corpus gave fewer entries than tokenizer.vocab_size asked for: say so (a
-    vocabulary sweep's jobs above that size are the same run)."""
-    asked, real = config.tokenizer.vocab_size, datamodule.vocab_size
-    if config.tokenizer.path is not None or real >= asked:
-        return None
-    return (
-        f"tokenizer.vocab_size={asked}: the corpus gave only {real} entries (no pair left to "
-        f"merge); the run used {real}, as its hparams and checkpoint record"
-    )
-
-
-def _has_validation(config: Validated, datamodule: PackedDataModule) -> bool:
-    """Validation runs unless the val split is empty or trainer.limit_val_batches=0."""
-    if config.trainer.limit_val_batches in (0, 0.0):
-        return False
-    if datamodule.store("val").n_docs == 0:
-        log.info("no validation: the val split has no documents (data.val_fraction=0)")
-        return False
-    return True
-
-
-def _schedule_horizon(config: Validated, datamodule: PackedDataModule, trainer: L.Trainer):
-    """The cosine schedule's length in optimizer steps: optim.max_steps when given; under a
-    token budget, the steps that budget takes; else None, and the module uses the Trainer's
-    estimate (max_steps, or epochs x batches / accumulation)."""
-    optim = config.optim
-    if optim.max_steps is not None or not config.train.max_supervised_tokens:
-        return optim
-    batches = _expected_batches(datamodule, trainer.world_size)(config.train.max_supervised_tokens)
-    steps = math.ceil(batches / config.trainer.accumulate_grad_batches)
-    return replace(optim, max_steps=max(1, steps))
-
-
-def _expected_batches(datamodule: PackedDataModule, world: int):
-    """tokens -> the global batches expected to train that many supervised targets (the
-    schedule's horizon and the progress bar's total under a token budget)."""
-    rates = [  # supervised tokens per global batch of each curriculum phase (one without)
-        datamodule.supervised_tokens_per_batch(p) * world for p in range(len(datamodule.phases))
-    ]
-    return lambda tokens: expected_batches(datamodule.phases, rates, tokens)
-
-
-def _drop_order(item: tuple[str, int]) -> int:
-    order = ("empty", "invalid_utf8", "binary", "special_files", "duplicate_of_train")
-    return order.index(item[0]) if item[0] in order else len(order)
-
-
-@rank_zero_only
-def _log_data_counts(datamodule: PackedDataModule) -> None:
-    """What reading the sources dropped or changed (counted at build time, in the manifests)."""
-    for split, manifest in datamodule.prepared.manifests.items():
-        counts = manifest.get("counts", {})
-        dropped = counts.get("dropped", {})
-        log.info(
-            "data %s: %d documents, %d tokens; dropped %s; replaced invalid UTF-8 in %d",
-            split,
-            counts.get("documents", 0),
-            counts.get("tokens", 0),
-            ", ".join(f"{v} {k}" for k, v in sorted(dropped.items(), key=_drop_order)) or "none",
-            counts.get("replaced_invalid_utf8", 0),
         )
 
 

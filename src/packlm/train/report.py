@@ -1,4 +1,5 @@
-"""What a person reads in the terminal: the model's size, why a run stopped, the summary."""
+"""What a person reads in the terminal: the data counts, the model's size, why a run stopped,
+the summary."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.utilities import rank_zero_only
 
 log = logging.getLogger(__name__)
 
@@ -116,3 +119,36 @@ def summary(
         lines.append(note)
     lines += [f"checkpoint: {last}", f"TensorBoard: tensorboard --logdir {run_dir}"]
     return "\n".join(lines)
+
+
+def vocab_note(config: Any, real: int) -> str | None:
+    """When the corpus gave fewer entries (`real`) than tokenizer.vocab_size asked for: say so
+    (a vocabulary sweep's jobs above that size are the same run)."""
+    asked = config.tokenizer.vocab_size
+    if config.tokenizer.path is not None or real >= asked:
+        return None
+    return (
+        f"tokenizer.vocab_size={asked}: the corpus gave only {real} entries (no pair left to "
+        f"merge); the run used {real}, as its hparams and checkpoint record"
+    )
+
+
+def _drop_order(item: tuple[str, int]) -> int:
+    order = ("empty", "invalid_utf8", "binary", "special_files", "duplicate_of_train")
+    return order.index(item[0]) if item[0] in order else len(order)
+
+
+@rank_zero_only
+def log_data_counts(datamodule: Any) -> None:
+    """What reading the sources dropped or changed (counted at build time, in the manifests)."""
+    for split, manifest in datamodule.prepared.manifests.items():
+        counts = manifest.get("counts", {})
+        dropped = counts.get("dropped", {})
+        log.info(
+            "data %s: %d documents, %d tokens; dropped %s; replaced invalid UTF-8 in %d",
+            split,
+            counts.get("documents", 0),
+            counts.get("tokens", 0),
+            ", ".join(f"{v} {k}" for k, v in sorted(dropped.items(), key=_drop_order)) or "none",
+            counts.get("replaced_invalid_utf8", 0),
+        )
