@@ -37,9 +37,10 @@ from pathlib import Path
 
 from packlm.config.data import DataConfig
 from packlm.config.tokenizer import TokenizerConfig
-from packlm.data.store.build import StoreHeader, build_stores
+from packlm.data.store.build import build_stores
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.encode import available_cores
+from packlm.data.store.split_state import StoreHeader
 from packlm.tokenizer.obtain import get_tokenizer
 from packlm.tokenizer.pretokenize import resolve_pattern
 

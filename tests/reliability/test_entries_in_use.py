@@ -14,9 +14,9 @@ import pytest
 
 from helpers.corpus import write_tiny_corpus
 from helpers.processes import still_running
-from packlm.cache import entry as cache_entry
+from packlm.cache import hold as cache_hold
 from packlm.cache.__main__ import main
-from packlm.cache.entry import EntryInUse, hold, in_use_dir
+from packlm.cache.hold import EntryInUse, hold, in_use_dir
 from packlm.commands import cache_inventory as inventory
 from packlm.commands.cache_inventory import entries, remove
 from packlm.config.data import DataConfig
@@ -138,7 +138,7 @@ def test_hold_of_an_entry_removed_meanwhile_is_an_error_naming_it(tmp_path):
     gone.parent.mkdir()
     with pytest.raises(FileNotFoundError, match=f"{gone}: removed .* while this run opened it"):
         hold(gone)
-    assert not in_use_dir(gone).exists() and gone not in cache_entry._holds
+    assert not in_use_dir(gone).exists() and gone not in cache_hold._holds
 
 
 def _children(pid: int) -> list[int]:

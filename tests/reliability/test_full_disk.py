@@ -88,7 +88,7 @@ def test_a_store_build_on_a_full_disk_says_so_and_leaves_nothing(disk, tiny_corp
 
 def test_a_lock_on_a_full_disk_names_the_lock_file(disk, tmp_path):
     """The owner record of a lock cannot be written: the error names the lock and the cause."""
-    from packlm.cache.entry import locked
+    from packlm.cache.lock import locked
 
     dest = disk / "entry"
     filler = fill(disk, leave=0)

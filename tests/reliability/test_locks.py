@@ -15,7 +15,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from packlm.cache import entry
+from packlm.cache import lock as entry
 
 
 def dead_pid() -> int:

@@ -19,7 +19,7 @@ import os
 import sys
 
 from packlm.cache import DEFAULT_CACHE_DIR
-from packlm.cache.entry import EntryInUse, holders, in_use_message
+from packlm.cache.hold import EntryInUse, holders, in_use_message
 from packlm.commands.cache_inventory import Entry, entries, remove
 
 

@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from packlm.cache.entry import holders, locked, refuse_if_in_use, release_dir
+from packlm.cache.hold import holders, refuse_if_in_use, release_dir
+from packlm.cache.lock import locked
 from packlm.data.store.layout import MANIFEST_FILE
 from packlm.data.store.prepared import STORES_DIR
 from packlm.tokenizer.obtain import CACHE_FILE, TOKENIZERS_DIR

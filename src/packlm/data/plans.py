@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from packlm.cache import DEFAULT_CACHE_DIR
-from packlm.cache.entry import locked, temporary_sibling
-from packlm.config.data import DataConfig, source_weight
+from packlm.cache.entry import temporary_sibling
+from packlm.cache.lock import locked
+from packlm.config.data import DataConfig
+from packlm.config.sources import source_weight
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.epoch import curriculum
 from packlm.data.epoch.order import directory_groups

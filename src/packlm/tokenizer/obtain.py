@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from packlm.cache.entry import locked, mark_used, replace_dir, temporary_sibling
+from packlm.cache.entry import mark_used, replace_dir, temporary_sibling
 from packlm.cache.fingerprint import describe_change, digest, latest
+from packlm.cache.lock import locked
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.errors import ConfigError, write_error
 

@@ -4,7 +4,7 @@ Two resumes of the same checkpoint would write the same last.ckpt and logs, each
 other's steps. The second is refused at once, naming the holder (pid, host, start time). The
 lock is an flock, which the kernel drops with a killed process; a lock still held by a
 process that inherited it from a dead owner is broken, as the cache's locks are
-(packlm.cache.entry: the owner record and its liveness test are the same). Only rank 0 of a
+(`packlm.runtime.lock_files`: the owner record and its liveness test are the same). Only rank 0 of a
 DDP run takes it (the other ranks run in the same folder by design).
 """
 
@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
-import socket
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from packlm.cache.entry import owner_alive, process_start, unlock
+from packlm.runtime.lock_files import (
+    owner_alive,
+    owner_record,
+    read_owner,
+    same_file,
+    unlock,
+    write_owner,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +66,7 @@ def _take(path: Path) -> int:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = _owner(path)
+            owner = read_owner(path)
             os.close(fd)
             if owner_alive(owner) is not False:
                 raise RunLocked(_in_use(path.parent, owner)) from None
@@ -74,27 +79,11 @@ def _take(path: Path) -> int:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             continue  # a new lock file
-        if os.path.exists(path) and os.stat(path).st_ino == os.fstat(fd).st_ino:
+        if same_file(fd, path):
             break
         os.close(fd)  # broken by another process meanwhile: retry on the new file
-    pid = os.getpid()
-    record = {
-        "pid": pid,
-        "start": process_start(pid),
-        "host": socket.gethostname(),
-        "started": datetime.now().isoformat(timespec="seconds"),
-    }
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(record).encode(), 0)
+    write_owner(fd, owner_record(started=datetime.now().isoformat(timespec="seconds")))
     return fd
-
-
-def _owner(path: Path) -> dict:
-    try:
-        owner = json.loads(path.read_text(encoding="utf-8") or "{}")
-    except (OSError, ValueError):
-        return {}
-    return owner if isinstance(owner, dict) else {}
 
 
 def _in_use(run_dir: Path, owner: dict) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from helpers.corpus import write_tiny_corpus
 from packlm.cache.__main__ import main
-from packlm.cache.entry import locked
+from packlm.cache.lock import locked
 from packlm.commands.cache_inventory import entries, remove
 from packlm.config.data import DataConfig
 from packlm.config.tokenizer import TokenizerConfig

@@ -8,13 +8,17 @@
 4. `corpus.py`: `Corpus` = the resolved sources and options of a data config: its documents
    in split order and the fingerprint that names the cache entry.
 5. `encode.py`: texts -> token ids in worker processes, results in submission order.
-6. `token_store.py`: the on-disk store (tokens.bin memmap, doc offsets, sources, manifest with
-   sizes and checksums): `TokenStore` reads it, `StoreWriter` appends to it; `verify.py`
-   checks a store against its manifest (and the manifest itself) when it is opened.
-7. `build.py`: a `Corpus` + tokenizer -> the train and val stores in one streaming pass, in a
-   temporary directory renamed into place when both are complete.
-8. `cache.py`: `prepare_stores(data, tokenizer config, cache_dir)` -> tokenizer (through
+6. `layout.py`: the store's files, named once (tokens.bin, doc_offsets.npy, ..., manifest.json).
+7. `token_store.py`: `TokenStore` reads a store (memmaps), `StoreWriter` appends to one;
+   `verify.py` checks a store against its manifest (and the manifest itself) when it is opened;
+   `paragraphs.py` derives (and caches beside it) where paragraphs start.
+8. `build.py`: a `Corpus` + tokenizer -> the train and val stores in one streaming pass, in a
+   temporary directory renamed into place when both are complete; `split_state.py` is what one
+   split counts, checks and writes into its manifest.
+9. `prepared.py`: `prepare_stores(data, tokenizer config, cache_dir)` -> tokenizer (through
    `packlm.tokenizer.obtain`) and both stores, reused when the fingerprint matches.
+10. `shards.py` + `union.py`: `data.shard=i/N` builds one shard; `data.shards=N` opens the N as
+   one `StoreUnion`, documents and tokens as one store's.
 """
 
 from packlm.data.store.corpus import Corpus

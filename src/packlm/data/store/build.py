@@ -19,7 +19,6 @@ import hashlib
 import logging
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +28,17 @@ from tqdm.auto import tqdm
 from packlm.cache.entry import replace_dir, temporary_sibling
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.encode import DocumentPieces, OrderedEncoder
-from packlm.data.store.sources import ReadCounts, SourceError, iter_documents
-from packlm.data.store.sources.entries import files_fingerprint
+from packlm.data.store.sources import ReadCounts, iter_documents
 from packlm.data.store.split import TrainHashes, content_hash, is_validation
-from packlm.data.store.token_store import StoreError, StoreWriter, TokenStore, token_dtype
+from packlm.data.store.split_state import (
+    Chunk,
+    SplitState,
+    StoreHeader,
+    check_bytes,
+    check_not_empty,
+    split_manifest,
+)
+from packlm.data.store.token_store import StoreWriter, TokenStore, token_dtype
 from packlm.errors import write_error
 from packlm.tokenizer.pretokenize import PIECE_CHARS
 from packlm.tokenizer.training.counting import utf8_len
@@ -41,39 +47,6 @@ log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 256 * 1024
 SPLITS = ("train", "val")
-
-
-@dataclass
-class StoreHeader:
-    """What every manifest carries besides the counts."""
-
-    fingerprint: dict[str, Any]
-    eos_id: int
-    pad_id: int
-
-
-@dataclass
-class _Chunk:
-    texts: list[str] = field(default_factory=list)
-    ends: list[bool] = field(default_factory=list)
-    """Per text: does it end its document (else a piece of a longer one follows)?"""
-    doc_ids: list[str] = field(default_factory=list)
-    """Per document ended in this chunk, as `sources`."""
-    sources: list[int] = field(default_factory=list)
-    nbytes: int = 0
-
-
-@dataclass
-class _SplitState:
-    writer: StoreWriter
-    chunk: _Chunk = field(default_factory=_Chunk)
-    nbytes: int = 0
-    read: ReadCounts = field(default_factory=ReadCounts)
-    duplicates: int = 0
-    stored_bytes: int = 0
-    """UTF-8 bytes the written tokens decode to (EOS excluded): must equal `nbytes`."""
-    cuts_inside_pretokens: int = 0
-    partial: list[np.ndarray] = field(default_factory=list)  # ids of a long document's pieces
 
 
 def build_stores(
@@ -108,13 +81,13 @@ def build_stores(
                 disable=not progress,
             ) as bar,
         ):
-            state = {"train": _SplitState(train_writer), "val": _SplitState(val_writer)}
+            state = {"train": SplitState(train_writer), "val": SplitState(val_writer)}
             enc = DocumentPieces(tokenizer)
             _stream(corpus, encoder, state, bar, enc)
-            _check_not_empty(corpus, state)
+            check_not_empty(corpus, state)
             for split in SPLITS:
-                _check_bytes(dest, split, state[split])
-                state[split].writer.finish(_manifest(corpus, header, split, state))
+                check_bytes(dest, split, state[split])
+                state[split].writer.finish(split_manifest(corpus, header, split, state))
         replace_dir(tmp, dest)
     except ChildProcessError:  # a dead encoding worker (WorkerDied): its own message
         raise
@@ -183,7 +156,7 @@ def _measure(text: str) -> tuple[int, int]:
     return nbytes, int.from_bytes(h.digest(), "little")
 
 
-def _add(encoder, state: dict[str, _SplitState], split, doc, nbytes: int, bar, enc) -> None:
+def _add(encoder, state: dict[str, SplitState], split, doc, nbytes: int, bar, enc) -> None:
     st = state[split]
     pieces = [(doc.text, True, nbytes)] if len(doc.text) <= enc.size else _pieces(doc, st, enc)
     for text, end, size in pieces:
@@ -198,7 +171,7 @@ def _add(encoder, state: dict[str, _SplitState], split, doc, nbytes: int, bar, e
             _flush(encoder, state, split, bar, enc)
 
 
-def _pieces(doc, st: _SplitState, enc: DocumentPieces):
+def _pieces(doc, st: SplitState, enc: DocumentPieces):
     """(piece, ends the document, UTF-8 bytes) of a long document; inexact cuts counted, logged."""
     spans, inexact = enc.spans(doc.text)
     if inexact:
@@ -217,14 +190,14 @@ def _flush(encoder: OrderedEncoder, state, split: str, bar, enc) -> None:
     chunk = state[split].chunk
     if not chunk.texts:
         return
-    state[split].chunk = _Chunk()
+    state[split].chunk = Chunk()
     texts, chunk.texts = chunk.texts, []  # the encoder gets the texts; the chunk keeps the rest
     pieces = () if all(chunk.ends) else (chunk.ends,)  # pieces of a long document inside
     for result in encoder.submit(texts, (split, chunk), *pieces):
         _write(state, bar, enc, *result)
 
 
-def _write(state: dict[str, _SplitState], bar, enc: DocumentPieces, tag, ids, lengths) -> None:
+def _write(state: dict[str, SplitState], bar, enc: DocumentPieces, tag, ids, lengths) -> None:
     split, chunk = tag
     st = state[split]
     st.stored_bytes += int(enc.byte_lengths[ids].sum())
@@ -236,7 +209,7 @@ def _write(state: dict[str, _SplitState], bar, enc: DocumentPieces, tag, ids, le
     bar.update(chunk.nbytes)
 
 
-def _join_pieces(st: _SplitState, ids, lengths, ends) -> tuple[np.ndarray, np.ndarray]:
+def _join_pieces(st: SplitState, ids, lengths, ends) -> tuple[np.ndarray, np.ndarray]:
     """Ids and lengths of the documents that end in this result, with their earlier pieces;
     the ids after the last end wait in `st.partial`."""
     stops = np.cumsum(lengths)  # where each piece's ids end
@@ -250,63 +223,3 @@ def _join_pieces(st: _SplitState, ids, lengths, ends) -> tuple[np.ndarray, np.nd
     if len(rest):
         st.partial.append(rest)
     return head, doc_lengths
-
-
-def _check_bytes(dest: Path, split: str, st: _SplitState) -> None:
-    if st.stored_bytes != st.nbytes or st.partial:
-        raise StoreError(
-            f"{dest}: the {split} tokens decode to {st.stored_bytes} bytes, but {st.nbytes} bytes "
-            "of text were read (a bug: please report it)"
-        )
-
-
-def _check_not_empty(corpus: Corpus, state: dict[str, _SplitState]) -> None:
-    train, val = state["train"], state["val"]
-    if corpus.shard is not None:  # one shard may hold no validation: the union is checked
-        if train.writer.n_docs == 0:
-            log.warning("data.shard=%d/%d holds no training documents", *corpus.shard)
-        return
-    if train.writer.n_docs == 0:
-        raise corpus.no_documents(train.read)
-    if val.writer.n_docs > 0 or (corpus.hash_split and corpus.val_fraction == 0):
-        return  # val_fraction=0 without val_sources: validation is off, the val store is empty
-    if corpus.hash_split:
-        raise SourceError(
-            f"data.val_fraction={corpus.val_fraction}: the validation split is empty (none of "
-            f"{train.writer.n_docs} documents hashed into it); raise data.val_fraction or give data.val_sources"
-        )
-    names = [s.name for s in corpus.val_sources]
-    raise SourceError(
-        f"data.val_sources={names}: the validation split is empty ({val.duplicates} duplicates of "
-        f"training documents dropped, {val.read.empty} empty, {val.read.skipped_invalid_utf8} skipped "
-        "as invalid UTF-8)"
-    )
-
-
-def _manifest(corpus: Corpus, header: StoreHeader, split: str, state) -> dict[str, Any]:
-    """Counts, and per source what was read: its files' sizes and mtimes as they were after
-    reading (`files_fingerprint`), which a reuse compares with the sources' (`prepared.py`)."""
-    st = state[split]
-    explicit_val = split == "val" and not corpus.hash_split
-    sources = corpus.val_sources if explicit_val else corpus.sources
-    read = state["val" if explicit_val else "train"].read.files_read
-    dropped = st.read.dropped()
-    if split == "val":
-        dropped["duplicate_of_train"] = st.duplicates
-    return {
-        "split": split,
-        "fingerprint": header.fingerprint,
-        "eos_id": header.eos_id,
-        "pad_id": header.pad_id,
-        "sources": [
-            {"name": s.name, "read": files_fingerprint(read.get(s.index, []))} for s in sources
-        ],
-        "counts": {
-            "bytes": st.nbytes,
-            "dropped": dropped,
-            "stored_bytes": st.stored_bytes,
-            "cuts_inside_pretokens": st.cuts_inside_pretokens,
-            "replaced_invalid_utf8": st.read.replaced_invalid_utf8,
-            "normalized_newlines": st.read.normalized_newlines,
-        },
-    }

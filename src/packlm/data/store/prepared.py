@@ -17,13 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packlm.cache.entry import hold, locked, mark_used
+from packlm.cache.entry import mark_used
 from packlm.cache.fingerprint import describe_change, digest, latest
-from packlm.config.data import DataConfig, parse_shard
+from packlm.cache.hold import hold
+from packlm.cache.lock import locked
+from packlm.config.data import DataConfig
+from packlm.config.data_checks import parse_shard
 from packlm.config.tokenizer import TokenizerConfig
-from packlm.data.store.build import SPLITS, StoreHeader, build_stores
+from packlm.data.store.build import SPLITS, build_stores
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.encode import available_cores
+from packlm.data.store.split_state import StoreHeader
 from packlm.data.store.token_store import MANIFEST_FILE, StoreError, TokenStore
 from packlm.data.store.union import StoreUnion, open_store
 from packlm.data.store.verify import verify_checksums

@@ -20,7 +20,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from packlm.config.data import source_path, source_weight
+from packlm.config.sources import source_path, source_weight
 from packlm.data.store.default_corpus import default_corpus_files, stdlib_root
 from packlm.data.store.sources.document import SourceError
 from packlm.data.store.sources.tables import dataset_folder_files, is_dataset_folder

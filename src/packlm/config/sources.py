@@ -1,0 +1,58 @@
+"""A `data.sources` entry: a path, glob or "default", or a mapping with these keys.
+
+The data path reads its path and weight through `source_path` and `source_weight`;
+`check_source_entry` is its validation, naming the entry's key (`data.sources[2].weight`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packlm.errors import ConfigError
+
+SOURCE_KEYS = ("path", "weight", "include", "exclude", "span")
+
+
+def source_weight(entry: Any) -> float:
+    """The mixing weight of a source entry (1.0 unless given as {path, weight})."""
+    if isinstance(entry, dict) or hasattr(entry, "get"):
+        return float(entry.get("weight", 1.0))
+    return 1.0
+
+
+def source_path(entry: Any) -> str:
+    """The path, glob or "default" of a source entry."""
+    if isinstance(entry, str):
+        return entry
+    return str(entry.get("path"))
+
+
+def check_source_entry(key: str, entry: Any) -> None:
+    if isinstance(entry, str):
+        if not entry:
+            raise ConfigError(f"{key}: empty path")
+        return
+    if hasattr(entry, "get") and hasattr(entry, "keys"):
+        unknown = set(entry.keys()) - set(SOURCE_KEYS)
+        if unknown:
+            raise ConfigError(f"{key}: unknown keys {sorted(unknown)}; allowed {list(SOURCE_KEYS)}")
+        if not entry.get("path"):
+            raise ConfigError(f"{key}.path: missing")
+        for patterns in ("include", "exclude"):
+            value = entry.get(patterns)
+            if value is not None and (
+                isinstance(value, str) or not all(isinstance(p, str) for p in value)
+            ):
+                raise ConfigError(f"{key}.{patterns}={value!r}: a list of glob patterns")
+        span = entry.get("span")
+        if span is not None and not (
+            len(span) == 2
+            and all(isinstance(f, (int, float)) and not isinstance(f, bool) for f in span)
+            and 0 <= span[0] < span[1] <= 1
+        ):
+            raise ConfigError(f"{key}.span={span!r}: two fractions [a, b] with 0 <= a < b <= 1")
+        weight = entry.get("weight", 1.0)
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or weight <= 0:
+            raise ConfigError(f"{key}.weight={weight!r}: must be a positive number")
+        return
+    raise ConfigError(f"{key}={entry!r}: expected a path string or {{path: ..., weight: ...}}")
