@@ -12,7 +12,7 @@ setup(
         ),
         Extension(
             "packlm.tokenizer._load",
-            ["src/packlm/tokenizer/_load.c"],
+            ["src/packlm/tokenizer/_load.c", "src/packlm/tokenizer/_load_check.c"],
             optional=True,
         ),
     ]
