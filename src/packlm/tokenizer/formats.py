@@ -214,6 +214,17 @@ def save_dir(tokenizer, directory: str | os.PathLike) -> None:
     write_atomic(directory / CONFIG, json.dumps(config, ensure_ascii=False, indent=2) + "\n")
 
 
+def read_gpt2(cls, vocab_path, merges_path, special_tokens: list[str], pattern: str, engine: str):
+    """The tokenizer of GPT-2 style files: their tables read in C (loading.py) or, for
+    anything unusual or without C, in Python (which names a bad entry)."""
+    tables = loading.gpt2_tables(vocab_path, merges_path, special_tokens)
+    if tables is not None:
+        return cls._from_tables({**tables, "pattern": pattern}, engine)
+    vocab = read_vocab_json(vocab_path, special_tokens)
+    merges = read_merges_txt(merges_path)
+    return cls(vocab, merges, special_tokens, pattern, engine=engine)
+
+
 def load_dir(cls, directory: str | os.PathLike, engine: str = "auto"):
     directory = Path(directory)
     if not directory.is_dir():
@@ -226,15 +237,8 @@ def load_dir(cls, directory: str | os.PathLike, engine: str = "auto"):
         specials, pattern, fp = config["special_tokens"], config["pattern"], config["digest"]
     except (json.JSONDecodeError, ValueError, KeyError, AttributeError, TypeError) as e:
         raise ValueError(f"{config_path}: not a packlm tokenizer config ({e!r})") from None
-    tables = loading.gpt2_tables(directory / VOCAB, directory / MERGES, specials)
-    if tables is None:  # the Python path: the same tables, or the bad entry named
-        vocab = read_vocab_json(directory / VOCAB, specials)
-        merges = read_merges_txt(directory / MERGES)
     try:
-        if tables is None:
-            tokenizer = cls(vocab, merges, specials, pattern, engine=engine)
-        else:
-            tokenizer = cls._from_tables({**tables, "pattern": pattern}, engine)
+        tokenizer = read_gpt2(cls, directory / VOCAB, directory / MERGES, specials, pattern, engine)
     except ValueError as e:
         raise ValueError(f"{directory}: {VOCAB}/{MERGES} do not form a tokenizer: {e}") from None
     if tokenizer.digest() != fp:

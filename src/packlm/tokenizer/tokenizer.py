@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from packlm.tokenizer import encoder, formats, loading
+from packlm.tokenizer import encoder, formats
 from packlm.tokenizer.encoder import PythonEncoder, id_tables, tiktoken_ranks
 from packlm.tokenizer.pretokenize import (
     check_special_tokens,
@@ -95,8 +95,7 @@ class Tokenizer:
                 "digest": self.digest(), "tiktoken": self._tiktoken_ranks() is not None}  # fmt: skip
 
     @property
-    def vocab(self) -> dict[int, bytes]:
-        """Token id -> its bytes."""
+    def vocab(self) -> dict[int, bytes]:  # token id -> its bytes
         if self._vocab is None:
             self._vocab = dict(enumerate(self._table))
         return self._vocab
@@ -119,8 +118,6 @@ class Tokenizer:
         if self._merge_array is None:
             self._merge_array = np.array(self._merge_list, dtype=np.int32).reshape(-1, 3)
         return self._merge_array
-
-    # ---- encoding -------------------------------------------------------------------
 
     def _ordinary(self, text: str) -> list[int]:
         if self._encoder is None:
@@ -204,8 +201,6 @@ class Tokenizer:
             next_look = size + STREAM_CHARS  # without a cut, look again after as much text
         yield from self.encode("".join(parts))
 
-    # ---- decoding and token facts ---------------------------------------------------
-
     def decode(self, ids: Iterable[int]) -> str:
         """Text of `ids`; bytes that do not form UTF-8 (a cut character) become U+FFFD."""
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
@@ -236,8 +231,6 @@ class Tokenizer:
             self._digest = formats.digest(*args)
         return self._digest
 
-    # ---- files and pickling ----------------------------------------------------------
-
     @classmethod
     def from_files(
         cls,
@@ -254,12 +247,7 @@ class Tokenizer:
         special_tokens = check_special_tokens(special_tokens)
 
         def build() -> Tokenizer:
-            tables = loading.gpt2_tables(vocab_path, merges_path, special_tokens)
-            if tables is not None:  # in C; else the Python path (which names a bad entry)
-                return cls._from_tables({**tables, "pattern": pattern}, engine)
-            vocab = formats.read_vocab_json(vocab_path, special_tokens)
-            merges = formats.read_merges_txt(merges_path)
-            return cls(vocab, merges, special_tokens, pattern, engine=engine)
+            return formats.read_gpt2(cls, vocab_path, merges_path, special_tokens, pattern, engine)
 
         options = {"files": "gpt2", "special_tokens": special_tokens, "pattern": pattern}
         return with_tables(cls, cache_dir, [vocab_path, merges_path], options, build, engine)
