@@ -31,28 +31,23 @@ static int32_t pair_rank(const Pairs *t, int32_t x, int32_t y, int32_t *merged) 
 }
 
 /* PythonEncoder.encode_piece of `token` (the lowest-ranked pair merged everywhere, left to
-   right, again and again) == [c]. Each pair's rank is looked up once and kept in `rank`
-   (rank[k]: of ids[k], ids[k + 1]); `ids`, `rank`, `made` have room for the token's length. */
+   right, again and again) == [c]. `ids` has room for the token's length. */
 static int encodes_to(const Pairs *pairs, const int32_t *byte_id, const uint8_t *token,
-                      Py_ssize_t n, int32_t c, int32_t *ids, int32_t *rank, int32_t *made) {
+                      Py_ssize_t n, int32_t c, int32_t *ids) {
     for (Py_ssize_t k = 0; k < n; k++) ids[k] = byte_id[token[k]];
-    for (Py_ssize_t k = 0; k + 1 < n; k++) rank[k] = pair_rank(pairs, ids[k], ids[k + 1], made + k);
     while (n > 1) {
-        int32_t best = INT32_MAX, merged = 0, a = 0, b = 0;
-        for (Py_ssize_t k = 0; k + 1 < n; k++)
-            if (rank[k] < best) best = rank[k], merged = made[k], a = ids[k], b = ids[k + 1];
+        int32_t best = INT32_MAX, merged = 0, a = 0, b = 0, m_id = 0;
+        for (Py_ssize_t k = 0; k + 1 < n; k++) {
+            int32_t r = pair_rank(pairs, ids[k], ids[k + 1], &m_id);
+            if (r < best) best = r, merged = m_id, a = ids[k], b = ids[k + 1];
+        }
         if (best == INT32_MAX) break;
         Py_ssize_t m = 0;
-        for (Py_ssize_t k = 0; k < n; k++, m++) { /* every (a, b), left to right: merged */
-            if (ids[k] == a && k + 1 < n && ids[k + 1] == b) ids[m] = merged, rank[m] = -1, k++;
-            else ids[m] = ids[k], rank[m] = k + 1 < n ? rank[k] : INT32_MAX, made[m] = made[k];
+        for (Py_ssize_t k = 0; k < n; k++, m++) {
+            if (ids[k] == a && k + 1 < n && ids[k + 1] == b) ids[m] = merged, k++;
+            else ids[m] = ids[k];
         }
         n = m;
-        for (Py_ssize_t k = 0; k < n; k++) /* the pairs on both sides of a new token */
-            if (rank[k] == -1) {
-                if (k > 0) rank[k - 1] = pair_rank(pairs, ids[k - 1], ids[k], made + k - 1);
-                rank[k] = k + 1 < n ? pair_rank(pairs, ids[k], ids[k + 1], made + k) : INT32_MAX;
-            }
     }
     return n == 1 && ids[0] == c;
 }
@@ -99,14 +94,14 @@ PyObject *load_tiktoken_ranks(PyObject *self, PyObject *args) {
             pairs.merged[h] = r[2];
     }
     if (check_bpe) {
-        if (!(ids = malloc(3 * longest * sizeof(int32_t)))) {
+        if (!(ids = malloc(longest * sizeof(int32_t)))) {
             PyErr_NoMemory();
             goto out;
         }
         for (Py_ssize_t k = 0; k < count; k++) {
             PyObject *t = PyList_GET_ITEM(table, rows[3 * k + 2]);
             if (!encodes_to(&pairs, byte_id, (uint8_t *)PyBytes_AS_STRING(t), PyBytes_GET_SIZE(t),
-                            rows[3 * k + 2], ids, ids + longest, ids + 2 * longest))
+                            rows[3 * k + 2], ids))
                 goto done;
         }
     }
