@@ -1,4 +1,5 @@
-"""Builds the optional C merge loop of the tokenizer; packlm works without it (pure Python)."""
+"""Builds the tokenizer's optional C parts (the merge loop, loading files); packlm works
+without them (pure Python, the same results)."""
 
 from setuptools import Extension, setup
 
@@ -8,6 +9,11 @@ setup(
             "packlm.tokenizer.training._bpe",
             ["src/packlm/tokenizer/training/_bpe.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "packlm.tokenizer._load",
+            ["src/packlm/tokenizer/_load.c", "src/packlm/tokenizer/_load_check.c"],
+            optional=True,
+        ),
     ]
 )

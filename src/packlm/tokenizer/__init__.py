@@ -9,6 +9,8 @@
 5. `formats.py` / `hf.py`: GPT-2's vocab.json + merges.txt, packlm's saved directory, .tiktoken
    ranks, Hugging Face tokenizer.json (export and import); `cache.load_path` picks the reader
    for `tokenizer.path`.
+   `loading.py` + `_load.c`: GPT-2 style files -> id tables and the tiktoken check in C
+   (optional; anything unusual goes to the Python path, which names the bad entry).
 6. `cache.py`: `get_tokenizer` -> `tokenizer.path`, or the tokenizer trained on the training
    documents, cached under `<cache_dir>/tokenizers/<digest>`; `with_tables` keeps what loading
    files derives under `<cache_dir>/tokenizers/tables/<sha256 of the files>.npz`.

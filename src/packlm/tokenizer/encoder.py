@@ -11,10 +11,12 @@ order BPE when every merged token encodes to itself and merge ids rise in merge 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import regex
 
+from packlm.tokenizer import loading
 from packlm.tokenizer.engine_pattern import for_engine
 
 CACHE_SIZE = 1 << 14  # pre-tokens remembered by the Python engine (bounded memory)
@@ -149,26 +151,41 @@ def trusted_verdict(found: object, digest: str) -> bool | None:
 
 
 def tiktoken_ranks(
-    vocab: dict[int, bytes],
-    merge_ids: Sequence[tuple[int, int, int]],
+    table: Sequence[bytes],
+    merge_ids,
     byte_ids: Sequence[int],
-    reference: PythonEncoder | None,
+    reference: Callable[[], PythonEncoder] | None,
 ) -> dict[bytes, int] | None:
     """tiktoken's mergeable ranks (token bytes -> id) giving merge-order BPE's ids, or
-    None where no ranks can (ids not rising in merge order, a merged token that does
-    not encode to itself). `reference` None skips the slow part of the check (a saved
-    tokenizer whose digest-verified config says it passed)."""
-    ranks = {vocab[i]: i for i in byte_ids}
-    last = max(byte_ids)
+    None where no ranks can (ids not rising in merge order, a merged token that does not
+    encode to itself). `merge_ids`: (left, right, merged id) rows. `reference` None skips
+    the slow part of the check (a verdict vouches for it); else it gives the Python encoder,
+    which the check needs only where the C one (loading.py) is not built."""
+    ranks = loading.tiktoken_ranks(list(table), list(byte_ids), merge_ids, reference is not None)
+    if ranks is None:  # no C: the same check in Python
+        rows = [tuple(r) for r in np.asarray(merge_ids, dtype=np.int64).reshape(-1, 3).tolist()]
+        passed = _rising(table, rows, byte_ids) and (
+            reference is None or merges_encode_to_themselves(table, rows, byte_ids, reference())
+        )
+        ranks = passed and rank_table(table, byte_ids, merge_ids)
+    return ranks or None
+
+
+def rank_table(table: Sequence[bytes], byte_ids: Sequence[int], merge_ids) -> dict[bytes, int]:
+    """Token bytes -> id of the bytes and merged tokens, in merge order (tiktoken's ranks)."""
+    merged = np.asarray(merge_ids, dtype=np.int64).reshape(-1, 3)[:, 2].tolist()
+    return {table[i]: i for i in [*byte_ids, *merged]}
+
+
+def _rising(table: Sequence[bytes], merge_ids, byte_ids: Sequence[int]) -> bool:
+    """Merged ids rise in merge order above every byte's, and no token comes twice."""
+    seen, last = {table[i] for i in byte_ids}, max(byte_ids)
     for _, _, c in merge_ids:
-        token = vocab[c]
-        if c <= last or token in ranks:  # ids must rise in merge order; no duplicates
-            return None
-        ranks[token] = last = c
-    # a pre-token that is a token comes back whole from tiktoken: merge BPE must agree
-    if reference and not merges_encode_to_themselves(vocab, merge_ids, byte_ids, reference):
-        return None
-    return ranks
+        if c <= last or table[c] in seen:
+            return False
+        seen.add(table[c])
+        last = c
+    return True
 
 
 def merges_encode_to_themselves(

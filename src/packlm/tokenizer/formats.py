@@ -19,6 +19,10 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
+
+from packlm.tokenizer import loading
+
 FORMAT, VERSION = "packlm-bpe", 1
 CONFIG, VOCAB, MERGES = "tokenizer_config.json", "vocab.json", "merges.txt"
 SAVED_FILES = (CONFIG, VOCAB, MERGES)
@@ -64,16 +68,21 @@ def from_unicode(text: str) -> bytes | None:
         return None
 
 
-def digest(pattern_regex: str, special_tokens: list[str], table: list[bytes], merges) -> str:
-    """`Tokenizer.digest()`: sha256 over pattern, special tokens, vocab (in id order) and merges."""
+def digest(pattern_regex: str, special_tokens: list[str], table: list[bytes], merge_ids) -> str:
+    """`Tokenizer.digest()`: sha256 over pattern, special tokens, vocab (in id order) and merges
+    (each token length-prefixed; `merge_ids`: (left, right, merged id) rows)."""
+    rows = np.asarray(merge_ids, dtype=np.int32).reshape(-1, 3)
+    tokens, pairs = loading.serialized(table), loading.serialized(table, rows[:, :2].ravel())
+    if tokens is None:  # no C: the same bytes in Python
+        tokens = b"".join([len(t).to_bytes(4, "little") + t for t in table])
+        pairs = b"".join([len(table[a]).to_bytes(4, "little") + table[a]
+                          + len(table[b]).to_bytes(4, "little") + table[b]
+                          for a, b, _ in rows.tolist()])  # fmt: skip
     h = hashlib.sha256(b"packlm-bpe-1\0")
     h.update(pattern_regex.encode("utf-8") + b"\0")
     h.update(json.dumps(special_tokens).encode("utf-8") + b"\0")
-    h.update(b"".join([len(t).to_bytes(4, "little") + t for t in table]))
-    h.update(
-        b"".join([len(a).to_bytes(4, "little") + a + len(b).to_bytes(4, "little") + b
-                  for a, b in merges])
-    )  # fmt: skip
+    h.update(tokens)
+    h.update(pairs)
     return h.hexdigest()
 
 
@@ -205,7 +214,18 @@ def save_dir(tokenizer, directory: str | os.PathLike) -> None:
     write_atomic(directory / CONFIG, json.dumps(config, ensure_ascii=False, indent=2) + "\n")
 
 
-def load_dir(cls, directory: str | os.PathLike, **kwargs):
+def read_gpt2(cls, vocab_path, merges_path, special_tokens: list[str], pattern: str, engine: str):
+    """The tokenizer of GPT-2 style files: their tables read in C (loading.py) or, for
+    anything unusual or without C, in Python (which names a bad entry)."""
+    tables = loading.gpt2_tables(vocab_path, merges_path, special_tokens)
+    if tables is not None:
+        return cls._from_tables({**tables, "pattern": pattern}, engine)
+    vocab = read_vocab_json(vocab_path, special_tokens)
+    merges = read_merges_txt(merges_path)
+    return cls(vocab, merges, special_tokens, pattern, engine=engine)
+
+
+def load_dir(cls, directory: str | os.PathLike, engine: str = "auto"):
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: no saved tokenizer directory")
@@ -217,10 +237,8 @@ def load_dir(cls, directory: str | os.PathLike, **kwargs):
         specials, pattern, fp = config["special_tokens"], config["pattern"], config["digest"]
     except (json.JSONDecodeError, ValueError, KeyError, AttributeError, TypeError) as e:
         raise ValueError(f"{config_path}: not a packlm tokenizer config ({e!r})") from None
-    vocab = read_vocab_json(directory / VOCAB, specials)
-    merges = read_merges_txt(directory / MERGES)
     try:
-        tokenizer = cls(vocab, merges, specials, pattern, **kwargs)
+        tokenizer = read_gpt2(cls, directory / VOCAB, directory / MERGES, specials, pattern, engine)
     except ValueError as e:
         raise ValueError(f"{directory}: {VOCAB}/{MERGES} do not form a tokenizer: {e}") from None
     if tokenizer.digest() != fp:

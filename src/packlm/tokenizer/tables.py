@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from packlm.cache.entry import mark_used
-from packlm.tokenizer import encoder, formats
+from packlm.tokenizer import encoder, formats, loading
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,8 @@ def _tables_key(files: list, options: dict, cls) -> str | None:
     h = hashlib.sha256(f"{TABLES_FORMAT}\0{json.dumps(options)}\0".encode())
     # the code that derives the tables too: a packlm that derives them differently never
     # reads these (the pattern is not in them: every load resolves it again)
-    code = [encoder.__file__, formats.__file__, sys.modules[cls.__module__].__file__, __file__]
+    code = [encoder.__file__, formats.__file__, loading.__file__, __file__,
+            sys.modules[cls.__module__].__file__]  # fmt: skip
     try:
         for path in [*files, *code]:
             data = Path(path).read_bytes()

@@ -42,11 +42,11 @@ class Tokenizer:
         self._set_options(pattern, engine)
         self.special_tokens = check_special_tokens(special_tokens)
         self._merges = [(bytes(a), bytes(b)) for a, b in merges]
-        self.vocab, self.special_token_ids, self._byte_ids, self._merge_list = id_tables(
+        self._vocab, self.special_token_ids, self._byte_ids, self._merge_list = id_tables(
             vocab, self._merges, self.special_tokens
         )
-        self._table = [self.vocab[i] for i in range(len(self.vocab))]
-        self._merge_array = None
+        self._table = [self._vocab[i] for i in range(len(self._vocab))]
+        self._merge_array = None  # made from _merge_list when asked for
         self._start()
         passed = None if verdict is None else encoder.trusted_verdict(verdict, self.digest())
         if passed is not None:  # `verdict` is of these very tables: the check is not rerun
@@ -70,27 +70,35 @@ class Tokenizer:
 
     @classmethod
     def _from_tables(cls, tables: dict, engine: str = "auto") -> Tokenizer:
-        """The tokenizer whose `_tables()` these are (kept by tables.py for the same files):
-        nothing is checked again; merges become Python objects only when asked for."""
+        """The tokenizer of these tables: kept by tables.py (nothing is checked again) or read
+        by loading.py (no digest or verdict yet: found when needed); merges become Python
+        objects only when asked for."""
         self = cls.__new__(cls)
         self._set_options(tables["pattern"], engine)
         self.special_token_ids = tables["special_token_ids"]
         self.special_tokens = list(self.special_token_ids)
         self._table, self._byte_ids = tables["table"], tables["byte_ids"]
-        self.vocab = dict(enumerate(self._table))
+        self._vocab = None  # made when asked for
         self._merge_array = tables["merge_ids"]  # (merges, 3) int: left, right, merged id
         self._merges = self._merge_list = None
         self._start()
-        self._digest = tables["digest"]
-        ids = self._byte_ids + self._merge_array[:, 2].tolist()  # as tiktoken_ranks orders them
-        self._ranks = {self._table[i]: i for i in ids} if tables["tiktoken"] else {}
+        self._digest = tables.get("digest")
+        if tables.get("tiktoken") is not None:
+            self._ranks = encoder.rank_table(self._table, self._byte_ids, self._merge_array)
+            self._ranks = self._ranks if tables["tiktoken"] else {}
         return self
 
     def _tables(self) -> dict:
         """What a load derives from its files, for tables.py to keep (exact: no check skipped)."""
         return {"table": self._table, "byte_ids": self._byte_ids, "pattern": self.pattern,
-                "merge_ids": self._merge_ids, "special_token_ids": self.special_token_ids,
+                "merge_ids": self._merge_rows, "special_token_ids": self.special_token_ids,
                 "digest": self.digest(), "tiktoken": self._tiktoken_ranks() is not None}  # fmt: skip
+
+    @property
+    def vocab(self) -> dict[int, bytes]:  # token id -> its bytes
+        if self._vocab is None:
+            self._vocab = dict(enumerate(self._table))
+        return self._vocab
 
     @property
     def merges(self) -> list[tuple[bytes, bytes]]:
@@ -105,7 +113,11 @@ class Tokenizer:
             self._merge_list = list(map(tuple, self._merge_array.tolist()))
         return self._merge_list
 
-    # ---- encoding -------------------------------------------------------------------
+    @property
+    def _merge_rows(self) -> np.ndarray:  # (merges, 3) int32: the same as an array
+        if self._merge_array is None:
+            self._merge_array = np.array(self._merge_list, dtype=np.int32).reshape(-1, 3)
+        return self._merge_array
 
     def _ordinary(self, text: str) -> list[int]:
         if self._encoder is None:
@@ -133,9 +145,9 @@ class Tokenizer:
 
     def _tiktoken_ranks(self) -> dict[bytes, int] | None:
         """Token bytes -> id for tiktoken, or None when no ranks give merge-order BPE's ids."""
-        if self._ranks is None:
-            reference = None if self.tiktoken_checked else self._python_encoder()
-            ranks = tiktoken_ranks(self.vocab, self._merge_ids, self._byte_ids, reference)
+        if self._ranks is None:  # the slow part of the check only if no verdict vouches
+            reference = None if self.tiktoken_checked else self._python_encoder
+            ranks = tiktoken_ranks(self._table, self._merge_rows, self._byte_ids, reference)
             self._ranks = ranks or {}
         return self._ranks or None
 
@@ -189,8 +201,6 @@ class Tokenizer:
             next_look = size + STREAM_CHARS  # without a cut, look again after as much text
         yield from self.encode("".join(parts))
 
-    # ---- decoding and token facts ---------------------------------------------------
-
     def decode(self, ids: Iterable[int]) -> str:
         """Text of `ids`; bytes that do not form UTF-8 (a cut character) become U+FFFD."""
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
@@ -217,11 +227,9 @@ class Tokenizer:
     def digest(self) -> str:
         """sha256 over pattern, special tokens, vocab and merges: same digest, same ids."""
         if self._digest is None:
-            args = self.pattern_regex, self.special_tokens, self._table, self.merges
+            args = self.pattern_regex, self.special_tokens, self._table, self._merge_rows
             self._digest = formats.digest(*args)
         return self._digest
-
-    # ---- files and pickling ----------------------------------------------------------
 
     @classmethod
     def from_files(
@@ -239,9 +247,7 @@ class Tokenizer:
         special_tokens = check_special_tokens(special_tokens)
 
         def build() -> Tokenizer:
-            vocab = formats.read_vocab_json(vocab_path, special_tokens)
-            merges = formats.read_merges_txt(merges_path)
-            return cls(vocab, merges, special_tokens, pattern, engine=engine)
+            return formats.read_gpt2(cls, vocab_path, merges_path, special_tokens, pattern, engine)
 
         options = {"files": "gpt2", "special_tokens": special_tokens, "pattern": pattern}
         return with_tables(cls, cache_dir, [vocab_path, merges_path], options, build, engine)
@@ -287,7 +293,7 @@ class Tokenizer:
         return _unpickle, (type(self), self.__getstate__(check=False))
 
     def __repr__(self) -> str:
-        return (f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self._merge_ids)}, "
+        return (f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self._merge_rows)}, "
                 f"special_tokens={self.special_tokens}, pattern={self.pattern!r})")  # fmt: skip
 
 

@@ -1,0 +1,240 @@
+/* _load.c: what loading a byte-level BPE derives, in C (loading.py wraps it; the Python code
+   in formats.py and encoder.py is the oracle the tests compare against).
+
+   vocab_json(data, specials) -> list[bytes] in id order, or None
+   merge_ids(table, special_ids, merges_txt) -> (byte_ids, merge_ids as int32 bytes), or None
+   tiktoken_ranks(table, byte_ids, merge_ids, check_bpe) -> dict or None  (encoder's)
+   serialize(table, indices=None) -> bytes            (formats.digest's length-prefixed tokens)
+
+   None means "not the common case": the caller then takes the Python path, which gives the
+   same result or names the bad entry. So the C code refuses anything unusual (escapes it does
+   not know, duplicate ids or tokens, gaps, a character outside GPT-2's byte map). */
+#include "_load_tokens.h"
+
+/* ---- GPT-2's byte-to-unicode map -------------------------------------------------------- */
+
+static int16_t BYTE_OF[324]; /* code point -> byte, -1 outside the map (all chars are < 324) */
+
+static void init_byte_map(void) {
+    int extra = 0;
+    for (int c = 0; c < 324; c++) BYTE_OF[c] = -1;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+        BYTE_OF[printable ? b : 256 + extra++] = (int16_t)b;
+    }
+}
+
+/* The next UTF-8 character of p[*i:n] (advancing *i), or -1 if not valid UTF-8. */
+static int32_t next_char(const uint8_t *p, Py_ssize_t n, Py_ssize_t *i) {
+    uint8_t c = p[*i];
+    int need = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
+    if (need < 0 || *i + need >= n + (need ? 0 : 1)) return -1;
+    int32_t cp = need ? c & (0x3f >> need) : c;
+    for (int k = 1; k <= need; k++) {
+        if ((p[*i + k] & 0xC0) != 0x80) return -1;
+        cp = (cp << 6) | (p[*i + k] & 0x3f);
+    }
+    static const int32_t least[4] = {0, 0x80, 0x800, 0x10000};
+    if (cp < least[need] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return -1;
+    *i += need + 1;
+    return cp;
+}
+
+/* ---- vocab.json ------------------------------------------------------------------------- */
+
+static Py_ssize_t skip_ws(const uint8_t *p, Py_ssize_t n, Py_ssize_t i) {
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r')) i++;
+    return i;
+}
+
+/* A JSON string at p[*i] ('"' included) decoded to UTF-8 into out (room for n bytes); its
+   length, or -1 for anything but a plain string (escapes other than \" \\ \/ \uXXXX refused). */
+static Py_ssize_t json_string(const uint8_t *p, Py_ssize_t n, Py_ssize_t *i, uint8_t *out) {
+    Py_ssize_t k = *i + 1, m = 0;
+    while (k < n && p[k] != '"') {
+        if (p[k] < 0x20) return -1;
+        if (p[k] != '\\') {
+            out[m++] = p[k++];
+            continue;
+        }
+        if (k + 1 >= n) return -1;
+        uint8_t e = p[k + 1];
+        if (e == '"' || e == '\\' || e == '/') {
+            out[m++] = e, k += 2;
+            continue;
+        }
+        if (e != 'u' || k + 6 > n) return -1;
+        int32_t cp = 0;
+        for (int d = 2; d < 6; d++) {
+            uint8_t h = p[k + d];
+            int v = h >= '0' && h <= '9' ? h - '0' : (h | 32) >= 'a' && (h | 32) <= 'f' ? (h | 32) - 'a' + 10 : -1;
+            if (v < 0) return -1;
+            cp = cp * 16 + v;
+        }
+        if (cp >= 0xD800 && cp <= 0xDFFF) return -1; /* surrogate pairs: left to Python */
+        k += 6; /* \uXXXX -> UTF-8 (at most 3 bytes, fewer than the 6 escaped) */
+        if (cp < 0x80) out[m++] = (uint8_t)cp;
+        else if (cp < 0x800) out[m++] = 0xC0 | (cp >> 6), out[m++] = 0x80 | (cp & 0x3f);
+        else out[m++] = 0xE0 | (cp >> 12), out[m++] = 0x80 | ((cp >> 6) & 0x3f), out[m++] = 0x80 | (cp & 0x3f);
+    }
+    if (k >= n) return -1;
+    *i = k + 1;
+    return m;
+}
+
+static PyObject *vocab_json(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    PyObject *specials, *result = Py_None, *table = NULL;
+    if (!PyArg_ParseTuple(args, "y*O!", &buf, &PyTuple_Type, &specials)) return NULL;
+    const uint8_t *p = buf.buf;
+    Py_ssize_t n = buf.len, i = skip_ws(p, n, 0), count = 0, at = 0, cap = n / 4 + 1;
+    uint8_t *arena = malloc(n + 1), *text = malloc(n + 1);
+    int32_t *ids = malloc(cap * sizeof(int32_t)), *where = NULL;
+    Py_ssize_t *off = malloc(cap * sizeof(Py_ssize_t)), *len = malloc(cap * sizeof(Py_ssize_t));
+    Tokens seen = {0};
+    if (!arena || !text || !ids || !off || !len || tokens_init(&seen, cap) < 0) goto nomem;
+    if (i >= n || p[i] != '{') goto done;
+    i = skip_ws(p, n, i + 1);
+    while (i < n && p[i] == '"') {
+        Py_ssize_t m = json_string(p, n, &i, text), start = at;
+        if (m < 0 || count >= cap) goto done;
+        int special = 0;
+        for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(specials) && !special; s++) {
+            PyObject *b = PyTuple_GET_ITEM(specials, s);
+            special = PyBytes_GET_SIZE(b) == m && memcmp(PyBytes_AS_STRING(b), text, m) == 0;
+        }
+        if (special) memcpy(arena + at, text, m), at += m;
+        else
+            for (Py_ssize_t k = 0; k < m;) {
+                int32_t cp = next_char(text, m, &k);
+                if (cp < 0 || cp >= 324 || BYTE_OF[cp] < 0) goto done;
+                arena[at++] = (uint8_t)BYTE_OF[cp];
+            }
+        i = skip_ws(p, n, i);
+        if (i >= n || p[i] != ':') goto done;
+        i = skip_ws(p, n, i + 1);
+        int64_t id = 0;
+        Py_ssize_t digits = i;
+        while (i < n && p[i] >= '0' && p[i] <= '9' && id < INT32_MAX) id = id * 10 + (p[i++] - '0');
+        if (i == digits || (p[digits] == '0' && i - digits > 1) || id >= INT32_MAX) goto done;
+        ids[count] = (int32_t)id, off[count] = start, len[count] = at - start, count++;
+        i = skip_ws(p, n, i);
+        if (i < n && p[i] == ',') i = skip_ws(p, n, i + 1);
+        else break;
+    }
+    if (i >= n || p[i] != '}' || skip_ws(p, n, i + 1) != n || count == 0) goto done;
+    where = malloc(count * sizeof(int32_t)); /* id -> entry */
+    if (!where) goto nomem;
+    memset(where, 0xff, count * sizeof(int32_t));
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (ids[k] >= count || where[ids[k]] >= 0) goto done; /* a gap or an id twice */
+        if (tokens_find(&seen, (char *)arena + off[k], len[k], 0) >= 0) goto done; /* twice */
+        where[ids[k]] = (int32_t)k;
+    }
+    if (!(table = PyList_New(count))) goto fail;
+    for (Py_ssize_t t = 0; t < count; t++) {
+        PyObject *b = PyBytes_FromStringAndSize((char *)arena + off[where[t]], len[where[t]]);
+        if (!b) goto fail;
+        PyList_SET_ITEM(table, t, b);
+    }
+    result = table, table = NULL;
+done:
+    Py_INCREF(result);
+    goto out;
+nomem:
+    PyErr_NoMemory();
+fail:
+    result = NULL;
+out:
+    Py_XDECREF(table);
+    free(arena), free(text), free(ids), free(off), free(len), free(where), tokens_free(&seen);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* ---- merges.txt -> ids --------------------------------------------------------------- */
+
+/* The bytes of the byte-to-unicode token p[*i:] up to a space or newline (advancing *i)
+   into out; their count, or -1 for a character outside the map or an empty token. */
+static Py_ssize_t map_token(const uint8_t *p, Py_ssize_t n, Py_ssize_t *i, uint8_t *out) {
+    Py_ssize_t m = 0;
+    while (*i < n && p[*i] != ' ' && p[*i] != '\n') {
+        int32_t cp = next_char(p, n, i);
+        if (cp < 0 || cp >= 324 || BYTE_OF[cp] < 0) return -1;
+        out[m++] = (uint8_t)BYTE_OF[cp];
+    }
+    return m ? m : -1;
+}
+
+static PyObject *merge_ids(PyObject *self, PyObject *args) {
+    PyObject *table, *specials, *result = Py_None, *byte_ids = NULL, *out = NULL;
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "O!O!y*", &PyList_Type, &table, &PyFrozenSet_Type, &specials, &buf))
+        return NULL;
+    const uint8_t *p = buf.buf;
+    Py_ssize_t n = buf.len, size = PyList_GET_SIZE(table), count = 0, cap = n / 4 + 1;
+    int32_t *ids = malloc(3 * cap * sizeof(int32_t));
+    uint8_t *pair = malloc(n + 1);
+    Tokens by = {0};
+    if (!ids || !pair || tokens_init(&by, size) < 0) goto nomem;
+    for (Py_ssize_t t = 0; t < size; t++) { /* ordinary tokens -> the lowest id */
+        PyObject *b = PyList_GET_ITEM(table, t), *key = PyLong_FromSsize_t(t);
+        int special = key ? PySet_Contains(specials, key) : -1;
+        Py_XDECREF(key);
+        if (special < 0 || !PyBytes_Check(b)) goto fail;
+        if (!special) tokens_find(&by, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), (int32_t)t);
+    }
+    if (!(byte_ids = PyList_New(256))) goto fail;
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        int32_t id = tokens_find(&by, &c, 1, -1);
+        if (id < 0) goto done;
+        PyList_SET_ITEM(byte_ids, b, PyLong_FromLong(id));
+    }
+    for (Py_ssize_t i = 0; i < n;) {
+        if (p[i] == '\n') {
+            i++;
+            continue;
+        }
+        Py_ssize_t a = map_token(p, n, &i, pair);
+        if (a < 0 || i >= n || p[i] != ' ') goto done;
+        i++;
+        Py_ssize_t b = map_token(p, n, &i, pair + a);
+        if (b < 0 || (i < n && p[i] != '\n') || count >= cap) goto done;
+        int32_t *row = ids + 3 * count++;
+        row[0] = tokens_find(&by, (char *)pair, a, -1);
+        row[1] = tokens_find(&by, (char *)pair + a, b, -1);
+        row[2] = tokens_find(&by, (char *)pair, a + b, -1);
+        if (row[0] < 0 || row[1] < 0 || row[2] < 0) goto done;
+    }
+    if (!(out = PyBytes_FromStringAndSize((char *)ids, 3 * count * sizeof(int32_t)))) goto fail;
+    result = Py_BuildValue("(OO)", byte_ids, out);
+    goto out;
+done:
+    Py_INCREF(result);
+    goto out;
+nomem:
+    PyErr_NoMemory();
+fail:
+    result = NULL;
+out:
+    Py_XDECREF(byte_ids), Py_XDECREF(out);
+    free(ids), free(pair), tokens_free(&by);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"vocab_json", vocab_json, METH_VARARGS, "vocab.json bytes, specials (UTF-8) -> table or None"},
+    {"merge_ids", merge_ids, METH_VARARGS, "table, special ids, merges.txt body -> ids or None"},
+    {"tiktoken_ranks", load_tiktoken_ranks, METH_VARARGS, "tiktoken's ranks giving these ids, or None"},
+    {"serialize", load_serialize, METH_VARARGS, "length-prefixed tokens (of indices) for the digest"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_load",
+                                    "Loading byte-level BPE files in C.", -1, methods};
+
+PyMODINIT_FUNC PyInit__load(void) {
+    init_byte_map();
+    return PyModule_Create(&module);
+}

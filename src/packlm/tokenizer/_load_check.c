@@ -1,0 +1,162 @@
+/* _load_check.c: the tiktoken check of packlm.tokenizer._load (encoder.tiktoken_ranks, in C),
+   and the digest's serialization (formats.digest). See _load.c. */
+#include "_load_tokens.h"
+
+/* ---- the tiktoken check ------------------------------------------------------------------ */
+
+typedef struct {
+    uint64_t *key; /* (left << 32 | right) + 1; 0 empty */
+    int32_t *rank, *merged;
+    uint64_t mask;
+} Pairs;
+
+static uint64_t mix(uint64_t x) {
+    x ^= x >> 33, x *= 0xff51afd7ed558ccdULL, x ^= x >> 33;
+    return x;
+}
+
+/* The slot of `key` (found, or the empty one where it goes). */
+static uint64_t pairs_slot(const Pairs *t, uint64_t key) {
+    uint64_t h = mix(key) & t->mask;
+    while (t->key[h] && t->key[h] != key) h = (h + 1) & t->mask;
+    return h;
+}
+
+/* The rank of pair (x, y) (its first merge), or INT32_MAX; *merged: the id it makes. */
+static int32_t pair_rank(const Pairs *t, int32_t x, int32_t y, int32_t *merged) {
+    uint64_t h = pairs_slot(t, (((uint64_t)x << 32) | (uint32_t)y) + 1);
+    if (!t->key[h]) return INT32_MAX;
+    *merged = t->merged[h];
+    return t->rank[h];
+}
+
+/* PythonEncoder.encode_piece of `token` (the lowest-ranked pair merged everywhere, left to
+   right, again and again) == [c]. `ids` has room for the token's length. */
+static int encodes_to(const Pairs *pairs, const int32_t *byte_id, const uint8_t *token,
+                      Py_ssize_t n, int32_t c, int32_t *ids) {
+    for (Py_ssize_t k = 0; k < n; k++) ids[k] = byte_id[token[k]];
+    while (n > 1) {
+        int32_t best = INT32_MAX, merged = 0, a = 0, b = 0, m_id = 0;
+        for (Py_ssize_t k = 0; k + 1 < n; k++) {
+            int32_t r = pair_rank(pairs, ids[k], ids[k + 1], &m_id);
+            if (r < best) best = r, merged = m_id, a = ids[k], b = ids[k + 1];
+        }
+        if (best == INT32_MAX) break;
+        Py_ssize_t m = 0;
+        for (Py_ssize_t k = 0; k < n; k++, m++) {
+            if (ids[k] == a && k + 1 < n && ids[k + 1] == b) ids[m] = merged, k++;
+            else ids[m] = ids[k];
+        }
+        n = m;
+    }
+    return n == 1 && ids[0] == c;
+}
+
+PyObject *load_tiktoken_ranks(PyObject *self, PyObject *args) {
+    PyObject *table, *byte_list;
+    Py_buffer buf;
+    int check_bpe, ok = 0;
+    if (!PyArg_ParseTuple(args, "O!O!y*p", &PyList_Type, &table, &PyList_Type, &byte_list, &buf,
+                          &check_bpe))
+        return NULL;
+    const int32_t *rows = buf.buf;
+    Py_ssize_t count = buf.len / (3 * sizeof(int32_t)), size = PyList_GET_SIZE(table), longest = 1;
+    int32_t byte_id[256], last = -1, *ids = NULL;
+    Pairs pairs = {0};
+    Tokens ranks = {0};
+    uint64_t cap = 16;
+    while (cap < 2 * (uint64_t)count + 16) cap *= 2;
+    pairs.key = calloc(cap, sizeof(uint64_t)), pairs.mask = cap - 1;
+    pairs.rank = malloc(cap * sizeof(int32_t)), pairs.merged = malloc(cap * sizeof(int32_t));
+    if (!pairs.key || !pairs.rank || !pairs.merged || tokens_init(&ranks, count + 256) < 0) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (PyList_GET_SIZE(byte_list) != 256 || buf.len % (3 * sizeof(int32_t))) goto bad;
+    for (int b = 0; b < 256; b++) {
+        long id = PyLong_AsLong(PyList_GET_ITEM(byte_list, b));
+        if (id < 0 || id >= size || !PyBytes_Check(PyList_GET_ITEM(table, id))) goto bad;
+        byte_id[b] = (int32_t)id, last = id > last ? (int32_t)id : last;
+        PyObject *t = PyList_GET_ITEM(table, id);
+        tokens_find(&ranks, PyBytes_AS_STRING(t), PyBytes_GET_SIZE(t), (int32_t)id);
+    }
+    for (Py_ssize_t k = 0; k < count; k++) { /* ids rise in merge order, no token twice */
+        const int32_t *r = rows + 3 * k;
+        if (r[0] < 0 || r[1] < 0 || r[2] >= size || r[0] >= size || r[1] >= size) goto bad;
+        PyObject *t = PyList_GET_ITEM(table, r[2]);
+        if (!PyBytes_Check(t)) goto bad;
+        if (r[2] <= last || tokens_find(&ranks, PyBytes_AS_STRING(t), PyBytes_GET_SIZE(t), r[2]) >= 0)
+            goto done;
+        last = r[2], longest = PyBytes_GET_SIZE(t) > longest ? PyBytes_GET_SIZE(t) : longest;
+        uint64_t h = pairs_slot(&pairs, (((uint64_t)r[0] << 32) | (uint32_t)r[1]) + 1);
+        if (!pairs.key[h]) /* a later duplicate pair never applies */
+            pairs.key[h] = (((uint64_t)r[0] << 32) | (uint32_t)r[1]) + 1, pairs.rank[h] = (int32_t)k,
+            pairs.merged[h] = r[2];
+    }
+    if (check_bpe) {
+        if (!(ids = malloc(longest * sizeof(int32_t)))) {
+            PyErr_NoMemory();
+            goto out;
+        }
+        for (Py_ssize_t k = 0; k < count; k++) {
+            PyObject *t = PyList_GET_ITEM(table, rows[3 * k + 2]);
+            if (!encodes_to(&pairs, byte_id, (uint8_t *)PyBytes_AS_STRING(t), PyBytes_GET_SIZE(t),
+                            rows[3 * k + 2], ids))
+                goto done;
+        }
+    }
+    ok = 1;
+done:
+    free(pairs.key), free(pairs.rank), free(pairs.merged), free(ids), tokens_free(&ranks);
+    if (!ok) {
+        PyBuffer_Release(&buf);
+        Py_RETURN_NONE;
+    }
+    PyObject *dict = PyDict_New(); /* token bytes -> id: the bytes, then merge order */
+    for (Py_ssize_t k = 0; dict && k < 256 + count; k++) {
+        int32_t id = k < 256 ? byte_id[k] : rows[3 * (k - 256) + 2];
+        PyObject *value = PyLong_FromLong(id);
+        if (!value || PyDict_SetItem(dict, PyList_GET_ITEM(table, id), value) < 0) Py_CLEAR(dict);
+        Py_XDECREF(value);
+    }
+    PyBuffer_Release(&buf);
+    return dict;
+bad:
+    PyErr_SetString(PyExc_ValueError, "tiktoken_ranks: tables out of range");
+out:
+    free(pairs.key), free(pairs.rank), free(pairs.merged), free(ids), tokens_free(&ranks);
+    PyBuffer_Release(&buf);
+    return NULL;
+}
+
+/* ---- the digest's serialization -------------------------------------------------------- */
+
+PyObject *load_serialize(PyObject *self, PyObject *args) {
+    PyObject *table, *out;
+    Py_buffer idx = {0};
+    if (!PyArg_ParseTuple(args, "O!|y*", &PyList_Type, &table, &idx)) return NULL;
+    Py_ssize_t size = PyList_GET_SIZE(table), n = idx.buf ? idx.len / 4 : size, total = 0;
+    const int32_t *at = idx.buf;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t t = at ? at[k] : k;
+        PyObject *b = t >= 0 && t < size ? PyList_GET_ITEM(table, t) : NULL;
+        if (!b || !PyBytes_Check(b)) {
+            PyBuffer_Release(&idx);
+            PyErr_SetString(PyExc_ValueError, "serialize: not a token");
+            return NULL;
+        }
+        total += 4 + PyBytes_GET_SIZE(b);
+    }
+    if ((out = PyBytes_FromStringAndSize(NULL, total))) {
+        uint8_t *w = (uint8_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *b = PyList_GET_ITEM(table, at ? at[k] : k);
+            uint32_t len = (uint32_t)PyBytes_GET_SIZE(b);
+            w[0] = len & 0xff, w[1] = (len >> 8) & 0xff, w[2] = (len >> 16) & 0xff, w[3] = len >> 24;
+            memcpy(w + 4, PyBytes_AS_STRING(b), len), w += 4 + len;
+        }
+    }
+    PyBuffer_Release(&idx);
+    return out;
+}
+

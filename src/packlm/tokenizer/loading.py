@@ -1,0 +1,81 @@
+"""GPT-2 style files -> a tokenizer's tables, and the tiktoken check, in a few C calls.
+
+`_load.c` (built with the merge loop by `pip install`; optional) parses vocab.json and
+merges.txt, finds the ids of every merge and runs the tiktoken check of
+`encoder.tiktoken_ranks` without a Python object per merge. It takes only the common case:
+anything else (the extension not built, an escape it does not know, a duplicate id or
+token, a gap, a character outside GPT-2's byte map, a merge not in the vocab) returns None,
+and the caller takes the Python path (formats.py, `encoder.id_tables`), which gives the same
+tables or names the bad entry.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+try:
+    from packlm.tokenizer import _load
+except ImportError:  # pragma: no cover - exercised only without a compiler
+    _load = None
+
+
+def gpt2_tables(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
+                special_tokens: list[str]) -> dict | None:  # fmt: skip
+    """What `Tokenizer._from_tables` takes (no digest, no verdict yet) from GPT-2's files,
+    or None: the Python path then reads them (and names what is wrong)."""
+    if _load is None:
+        return None
+    try:
+        with open(vocab_path, "rb") as f:
+            vocab = f.read()
+        with open(merges_path, "rb") as f:
+            merges = f.read()
+    except OSError:  # the Python path names the file
+        return None
+    table = _load.vocab_json(vocab, tuple(s.encode("utf-8") for s in special_tokens))
+    if table is None:
+        return None
+    specials = {}
+    for s in special_tokens:  # as `encoder.id_tables` finds them (no token is there twice)
+        token = s.encode("utf-8")
+        try:
+            specials[s] = table.index(token)
+        except ValueError:
+            specials[s] = len(table)
+            table.append(token)
+    if merges.startswith(b"#version"):
+        header, _, merges = merges.partition(b"\n")
+        try:
+            header.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    found = _load.merge_ids(table, frozenset(specials.values()), merges)
+    if found is None:
+        return None
+    byte_ids, rows = found
+    merge_ids = np.frombuffer(rows, dtype=np.int32).reshape(-1, 3)
+    return {"table": table, "byte_ids": byte_ids, "merge_ids": merge_ids,
+            "special_token_ids": specials}  # fmt: skip
+
+
+def tiktoken_ranks(table: list[bytes], byte_ids: list[int], merge_ids, check_bpe: bool):
+    """`encoder.tiktoken_ranks` in C: the ranks (token bytes -> id), False where no ranks
+    give merge-order BPE's ids (`check_bpe`: checking that every merged token encodes to
+    itself too), None when C is not built."""
+    if _load is None:
+        return None
+    rows = np.ascontiguousarray(merge_ids, dtype=np.int32).reshape(-1, 3)
+    ranks = _load.tiktoken_ranks(table, byte_ids, rows.tobytes(), check_bpe)
+    return False if ranks is None else ranks
+
+
+def serialized(table: list[bytes], indices: np.ndarray | None = None) -> bytes | None:
+    """b"".join(len(t) as 4 bytes little-endian + t) over `table` (or table[indices]), as
+    `formats.digest` hashes it; None when C is not built."""
+    if _load is None:
+        return None
+    if indices is None:
+        return _load.serialize(table)
+    return _load.serialize(table, np.ascontiguousarray(indices, dtype=np.int32).tobytes())

@@ -1,0 +1,122 @@
+"""The C loading path (loading.py, _load.c) gives exactly the tables of the Python path, and
+leaves every input it does not fully understand to it (which names the bad entry)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from packlm.tokenizer import Tokenizer, encoder, formats, loading
+
+EOT = "<|endoftext|>"
+TEXT = "Hello, naïve 🙂 world\n\n  def f(x):\n\treturn x <|endoftext|> 'tis 1234567"
+
+pytestmark = pytest.mark.skipif(loading._load is None, reason="the C extension is not built")
+
+
+def python_path(monkeypatch, load):
+    with monkeypatch.context() as m:
+        m.setattr(loading, "_load", None)
+        return load()
+
+
+def same_tables(a: Tokenizer, b: Tokenizer) -> None:
+    assert a._table == b._table and a._byte_ids == b._byte_ids
+    assert a._merge_rows.tolist() == b._merge_rows.tolist() and a.merges == b.merges
+    assert a.special_token_ids == b.special_token_ids and a.vocab == b.vocab
+    assert a.digest() == b.digest() and a.engine == b.engine
+    assert a.encode(TEXT) == b.encode(TEXT)
+
+
+def test_gpt2_files_give_the_python_tables(golden_bpe, monkeypatch):
+    files = golden_bpe / "gpt2_vocab.json", golden_bpe / "gpt2_merges.txt"
+    for specials in ([EOT], [], [EOT, "<|pad|>"]):
+        fast = Tokenizer.from_files(*files, specials)
+        assert fast._merge_list is None  # the C path was taken
+        slow = python_path(monkeypatch, lambda s=specials: Tokenizer.from_files(*files, s))
+        same_tables(fast, slow)
+
+
+def test_saved_dir_gives_the_python_tables(small_tokenizer, tmp_path, monkeypatch):
+    small_tokenizer.save(tmp_path)
+    fast = Tokenizer.load(tmp_path)
+    assert fast._merge_list is None
+    same_tables(fast, python_path(monkeypatch, lambda: Tokenizer.load(tmp_path)))
+    same_tables(fast, small_tokenizer)
+
+
+@pytest.mark.parametrize(
+    "vocab, merges",
+    [
+        ('{"a": 0, "b": 1}', "a b\n"),  # no byte 0..255 set: Python names what is missing
+        ('{"\\u0041": 0}', ""),  # an escape: left to Python
+        ('{"a": 0, "a": 1}', ""),  # a key twice
+        ('{"a": 0, "b": 0}', ""),  # an id twice
+        ('{"a": 1.0}', ""),  # not an int
+        ('{"a": 0} x', ""),  # extra data
+        ("[1]", ""),
+    ],
+)
+def test_unusual_files_go_to_the_python_path(tmp_path, vocab, merges):
+    (tmp_path / "v.json").write_text(vocab, encoding="utf-8")
+    (tmp_path / "m.txt").write_text(merges, encoding="utf-8")
+    assert loading.gpt2_tables(tmp_path / "v.json", tmp_path / "m.txt", []) is None
+    with pytest.raises(ValueError):
+        Tokenizer.from_files(tmp_path / "v.json", tmp_path / "m.txt")
+
+
+def test_bad_merge_lines_go_to_the_python_path(tmp_path, small_tokenizer):
+    small_tokenizer.save(tmp_path)
+    good = (tmp_path / "merges.txt").read_text(encoding="utf-8")
+    head, first, rest = good.split("\n", 2)
+    specials = small_tokenizer.special_tokens
+    for bad in (f"{head}\n{first.replace(' ', '  ')}\n{rest}", good + "x\n",
+                good.replace("\n", "\r\n")):  # fmt: skip
+        (tmp_path / "merges.txt").write_text(bad, encoding="utf-8")
+        found = loading.gpt2_tables(tmp_path / "vocab.json", tmp_path / "merges.txt", specials)
+        assert found is None
+        if "\r" in bad:  # the Python path reads CRLF lines: the same tokenizer, or no digest
+            assert Tokenizer.load(tmp_path).digest() == small_tokenizer.digest()
+            continue
+        with pytest.raises(ValueError, match="merges.txt"):
+            Tokenizer.load(tmp_path)
+
+
+def test_c_check_agrees_with_bpe_of_every_merged_token():
+    """On random merge lists (about half with a token that does not encode to itself), the
+    C verdict is the Python one, and its ranks are tiktoken's."""
+    outcomes = set()
+    for seed in range(800):
+        rng = random.Random(seed)
+        vocab = {i: bytes([i]) for i in range(256)}
+        tokens, merges = [bytes([97 + i]) for i in range(rng.randint(1, 3))], []
+        for _ in range(rng.randint(1, 12)):
+            a, b = rng.choice(tokens), rng.choice(tokens)
+            if a + b not in tokens and len(a + b) <= 8:
+                tokens.append(a + b)
+                merges.append((a, b))
+                vocab[len(vocab)] = a + b
+        tok = Tokenizer(vocab, merges, engine="python")
+        reference = tok._python_encoder()
+        slow = all(reference.encode_piece(tok.vocab[c]) == [c] for _, _, c in tok._merge_ids)
+        ranks = loading.tiktoken_ranks(tok._table, tok._byte_ids, tok._merge_rows, True)
+        assert bool(ranks) == slow, (seed, merges)
+        if ranks:
+            assert ranks == encoder.rank_table(tok._table, tok._byte_ids, tok._merge_rows)
+        outcomes.add(slow)
+    assert outcomes == {True, False}
+
+
+def test_c_serialization_is_the_digest_bytes(small_tokenizer):
+    table = small_tokenizer._table
+    assert loading.serialized(table) == b"".join(len(t).to_bytes(4, "little") + t for t in table)
+    idx = np.array([3, 0, 7], dtype=np.int32)
+    assert loading.serialized(table, idx) == b"".join(
+        len(table[i]).to_bytes(4, "little") + table[i] for i in idx.tolist()
+    )
+    digest = formats.digest("p", [], table, small_tokenizer._merge_rows)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(loading, "_load", None)
+        assert formats.digest("p", [], table, small_tokenizer._merge_rows) == digest
