@@ -62,12 +62,12 @@ def documents(prepared: PreparedData) -> int:
     )
 
 
-def prepare_tiny(corpus: Path, cache: Path) -> PreparedData:
+def prepare_tiny(corpus: Path, cache: Path, num_workers: int = 0) -> PreparedData:
     """The tiny corpus (tests/helpers/corpus.py) prepared in-process, 20% validation."""
     return prepare_stores(
         DataConfig(sources=[f"{corpus}/*.txt"], val_fraction=0.2),
         TokenizerConfig(vocab_size=300),
         cache,
         progress=False,
-        num_workers=0,
+        num_workers=num_workers,
     )

@@ -185,6 +185,16 @@ def test_one_document_longer_than_every_window_and_pack(tmp_path):
         ("train.checkpoint_every_n_steps=0", r"^train\.checkpoint_every_n_steps=0"),
         ("train.max_supervised_tokens=0", r"^train\.max_supervised_tokens=0"),
         ("trainer.accumulate_grad_batches=0", r"^trainer\.accumulate_grad_batches=0"),
+        ("+trainer.logger=csv", r"^trainer\.logger: not settable: .*`logger` group"),
+        (
+            "+trainer.use_distributed_sampler=true",
+            r"^trainer\.use_distributed_sampler: not settable",
+        ),
+        ("trainer.max_time=5", r"^trainer\.max_time=5: expected"),
+        ("trainer.benchmark=yes", r"^trainer\.benchmark='yes': expected"),
+        ("+trainer.max_stesp=3", r"^trainer\.max_stesp: unknown key \(did you mean max_steps"),
+        ("seed=-1", r"^seed=-1: must be an integer in \[0, 2\*\*32\)"),
+        ("optimized_metric=val/acc", r"^optimized_metric='val/acc': allowed"),
     ],
 )
 def test_a_bad_value_names_its_key(compose_tiny, override, message):

@@ -20,11 +20,9 @@ import pytest
 
 from helpers.corpus import write_tiny_corpus
 from helpers.processes import still_running
-from packlm.config.data import DataConfig
-from packlm.config.tokenizer import TokenizerConfig
+from helpers.stores import prepare_tiny
 from packlm.data.store import build as build_module
 from packlm.data.store.encode import OrderedEncoder
-from packlm.data.store.prepared import prepare_stores
 from packlm.runtime import workers
 from packlm.tokenizer.training import counting
 from packlm.tokenizer.training.counting import WorkerDied, count_parallel
@@ -121,13 +119,7 @@ def test_a_killed_encode_worker_fails_the_build_which_the_next_run_redoes(tmp_pa
         return real(self, texts, tag)
 
     def prepare():
-        return prepare_stores(
-            DataConfig(sources=[f"{corpus}/*.txt"], val_fraction=0.2),
-            TokenizerConfig(vocab_size=300),
-            cache,
-            progress=False,
-            num_workers=2,
-        )
+        return prepare_tiny(corpus, cache, num_workers=2)
 
     monkeypatch.setattr(OrderedEncoder, "submit", submit)
     start = time.monotonic()
