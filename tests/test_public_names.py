@@ -62,7 +62,10 @@ def test_every_hydra_key_of_before_the_move_still_composes():
 
 def test_a_checkpoint_written_before_the_move_resumes_to_the_old_codes_weights():
     """The old code resumed its step-2 checkpoint to step 4 and reached step4_weights.pt; this
-    code, from the same checkpoint, must reach the same weights bit for bit."""
+    code, from the same checkpoint, must reach the same weights. Bit for bit on one machine
+    (a5ad376 and this code agree exactly here), but float32 matmuls round differently on other
+    CPUs and thread counts: the fixture, written elsewhere, is 6e-8 away on a two-core EPYC.
+    A format or resume change moves weights by far more (1e-3 or more after two AdamW steps)."""
     if V0_PLACE.exists():
         shutil.rmtree(V0_PLACE)
     try:
@@ -86,6 +89,8 @@ def test_a_checkpoint_written_before_the_move_resumes_to_the_old_codes_weights()
         old = torch.load(FIXTURE / "step4_weights.pt", weights_only=True)
         assert resumed["state_dict"].keys() == old.keys()
         for name, weight in old.items():
-            assert torch.equal(resumed["state_dict"][name], weight), name
+            torch.testing.assert_close(
+                resumed["state_dict"][name], weight, rtol=0, atol=1e-6, msg=name
+            )
     finally:
         shutil.rmtree(V0_PLACE, ignore_errors=True)
