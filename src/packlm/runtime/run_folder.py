@@ -78,7 +78,8 @@ class WritableRunDir(Callback):
     a live run holds is refused (one line, exit 1) before anything is written there."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        writes_config = config.hydra.output_subdir is not None  # not the tools, not DDP ranks
+        subdir = config.hydra.get("output_subdir", ".hydra")
+        writes_config = subdir is not None  # not the tools, not DDP ranks > 0
         rank = next((os.environ[v] for v in RANK_VARIABLES if v in os.environ), "0")
         if writes_config and rank == "0":  # ranks > 0 run in rank 0's held folder by design
             with one_line_errors(RunLocked):  # before the write probe: a refusal touches nothing
