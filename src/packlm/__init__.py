@@ -19,6 +19,12 @@ The top level is the architecture, read top-down (each folder imports only the o
 """
 
 import os as _os
+import sys as _sys
+
+if _sys.argv[:1] == ["-m"]:  # `python -m packlm.<command>` (argv[0] while runpy finds it)
+    from packlm.runtime.interrupt import quiet_ctrl_c as _quiet_ctrl_c
+
+    _quiet_ctrl_c()  # a Ctrl-C during the command's imports: one line, no traceback
 
 __version__ = "0.1.0"
 

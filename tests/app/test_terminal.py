@@ -162,8 +162,10 @@ class _Totals(__import__("lightning").Callback):
         self.epoch = trainer.num_training_batches
 
 
-def test_a_token_budget_run_shows_its_own_length(compose_tiny, tmp_path, capsys):
+def test_a_token_budget_run_shows_its_own_length(compose_tiny, tmp_path, capsys, monkeypatch):
     from packlm.train import train
+
+    monkeypatch.setattr("packlm.train.compose.has_terminal", lambda: True)  # the bar, as in one
 
     cfg = compose_tiny(
         "trainer.enable_progress_bar=true", "train.max_supervised_tokens=2000",

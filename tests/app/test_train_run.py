@@ -59,6 +59,8 @@ def test_data_group_instantiates_with_target(compose_tiny):
         ("+trainer.limit_trian_batches=5", "trainer.limit_trian_batches"),  # unknown: not dropped
         ('tokenizer.pattern="("', "tokenizer.pattern"),
         ("trainer.max_steps=-1", "trainer.max_steps"),  # nothing would end the run
+        ("train.progress_every_seconds=0", "train.progress_every_seconds"),
+        ("train.progress_every_n_steps=0", "train.progress_every_n_steps"),
     ],
 )
 def test_bad_override_names_the_key(compose_tiny, override, key):

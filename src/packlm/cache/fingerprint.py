@@ -90,3 +90,10 @@ def _short(value: Any) -> str:
         return repr(value[:12])  # a sha256: its head names it, as git's short hashes do
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def store_identity(fingerprint: Any) -> str:
+    """A store's identity in a plan signature: a digest of its manifest's fingerprint (what
+    trace matches a cached store to the run's with; packlm.data.epoch.loader.plan_signature)."""
+    identity = json.dumps(fingerprint, sort_keys=True, default=str)
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]

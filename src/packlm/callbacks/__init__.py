@@ -13,6 +13,8 @@
 - `batch_hashes.py`: `BatchHashes`, per-batch hashes for comparing runs (debugging, tests).
 - `progress_bar.py`: `EpochProgressBar` (rich) and `RunProgressBar` (tqdm), Lightning's bars
   ending where the run ends (max_steps, the token budget, max_time), without "Epoch 3/-2".
+- `progress_lines.py`: `ProgressLines`, a plain progress line at an interval when no terminal
+  shows the bar (a log file), and one line per validation.
 - `views/`: what TensorBoard shows of the data path (batch images, epoch tables, coverage,
   a decoded row, HParams, text samples).
 """
@@ -28,6 +30,7 @@ from packlm.callbacks.progress_bar import (
     TokenBudget,
     rich_available,
 )
+from packlm.callbacks.progress_lines import ProgressLines
 from packlm.callbacks.resumed_settings import ResumedSettings
 from packlm.callbacks.source_loss import SourceLosses
 from packlm.callbacks.step_metrics import StepMetrics
@@ -53,6 +56,7 @@ __all__ = [
     "GracefulStop",
     "HParams",
     "LastCheckpoint",
+    "ProgressLines",
     "ResumedSettings",
     "SourceLosses",
     "StepMetrics",

@@ -57,6 +57,25 @@ def batches_left(
     return min(limits) if limits else None
 
 
+def run_batches_left(
+    trainer: L.Trainer, budget: TokenBudget | None, seconds_per_batch: float | None
+) -> float | None:
+    """Batches until the run's first limit (`batches_left` over the Trainer's state): what
+    the bar's total and the progress lines' step total both come from."""
+    steps_left = trainer.max_steps - trainer.global_step if trainer.max_steps > 0 else None
+    module = trainer.lightning_module
+    budget_left = (
+        budget.batches_left(getattr(module, "supervised_tokens_seen", 0))
+        if budget is not None
+        else None
+    )
+    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+    seconds_left = timer.time_remaining() if timer is not None else None
+    return batches_left(
+        steps_left, trainer.accumulate_grad_batches, budget_left, seconds_left, seconds_per_batch
+    )
+
+
 def bar_total(epoch_batches: float, done: int, left: float | None) -> float:
     """The bar's total: the batch of this epoch at which the run ends (`done` batches of the
     epoch trained, `left` to go), at most the epoch's length."""
@@ -79,18 +98,7 @@ class RunTotal:
     @property
     def total_train_batches(self) -> int | float:
         trainer = self.trainer
-        steps_left = trainer.max_steps - trainer.global_step if trainer.max_steps > 0 else None
-        module = trainer.lightning_module
-        budget = (
-            self.budget.batches_left(getattr(module, "supervised_tokens_seen", 0))
-            if self.budget is not None
-            else None
-        )
-        timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
-        seconds_left = timer.time_remaining() if timer is not None else None
-        left = batches_left(
-            steps_left, trainer.accumulate_grad_batches, budget, seconds_left, self._pace()
-        )
+        left = run_batches_left(trainer, self.budget, self._pace())
         return bar_total(trainer.num_training_batches, self._done, left)
 
     def _pace(self) -> float | None:

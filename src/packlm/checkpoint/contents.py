@@ -41,12 +41,20 @@ def read_checkpoint(path: Path, key: str = "ckpt_path") -> dict[str, Any]:
 
     torch.save writes a zip archive; anything else (random bytes, a file cut short, which
     loses the archive's directory at its end) is said so, not with torch's advice to save
-    with `_use_new_zipfile_serialization` that mmap gives for any non-zip file."""
+    with `_use_new_zipfile_serialization` that mmap gives for any non-zip file. A damaged one
+    (an entry that fails its CRC32, a non-finite weight) is refused naming the entry or the
+    weight (packlm.checkpoint.verify)."""
+    from packlm.checkpoint.verify import check_entries, check_finite
+
     if path.is_file() and not zipfile.is_zipfile(path):
         raise ConfigError(f"{key}={path}: not a checkpoint (not a torch zip archive / truncated)")
+    if path.is_file():
+        check_entries(path, key)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # truncated, not a checkpoint, unreadable
         raise ConfigError(
             f"{key}={path}: cannot read the checkpoint ({type(e).__name__}: {e})"
         ) from e
+    check_finite(checkpoint, path, key)
+    return checkpoint

@@ -65,6 +65,12 @@ class TrainConfig(ConfigGroup):
     checkpoint_every_n_steps: int | None = 100
     """Write checkpoints/last.ckpt every this many optimizer steps (and at the end, and on
     SIGTERM/Ctrl-C); a SIGKILL loses at most this many steps. null: only at the end/stop."""
+    progress_every_seconds: float | None = 30.0
+    """Without a terminal (stderr to a file: SLURM, nohup, CI) print a progress line (step/total,
+    epoch, loss, tokens/s, supervised tokens, elapsed, ETA) every this many seconds; in a
+    terminal the bar shows it instead. null: not by time."""
+    progress_every_n_steps: int | None = None
+    """Also print that line every this many optimizer steps (null: not by steps)."""
 
     def validate(self) -> TrainConfig:
         """Raise ConfigError naming the key of the first invalid value; returns self."""
@@ -84,6 +90,16 @@ class TrainConfig(ConfigGroup):
         ):
             raise ConfigError(
                 f"train.checkpoint_every_n_steps={every!r}: must be a positive integer or null"
+            )
+        seconds = self.progress_every_seconds
+        if seconds is not None and (isinstance(seconds, bool) or not seconds > 0):
+            raise ConfigError(f"train.progress_every_seconds={seconds!r}: must be positive or null")
+        steps = self.progress_every_n_steps
+        if steps is not None and (
+            not isinstance(steps, int) or isinstance(steps, bool) or steps < 1
+        ):
+            raise ConfigError(
+                f"train.progress_every_n_steps={steps!r}: must be a positive integer or null"
             )
         return self
 

@@ -2,11 +2,14 @@
 
 Kept apart from `packlm.train` (which imports torch and Lightning) because Hydra instantiates
 `WritableRunDir` for every command composed from conf/config.yaml, prepare and stats too.
+A folder a live run holds (`<run>/.run.lock`, packlm.train.run_lock) is refused here too, before
+Hydra rewrites its `.hydra/` (which then made the live run unresumable).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -15,6 +18,45 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from packlm.errors import one_line_errors
+from packlm.runtime.lock_files import owner_alive, read_owner
+
+LOCK_NAME = ".run.lock"
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")  # Lightning's
+
+
+class RunLocked(RuntimeError):
+    """Another live process trains in this run folder."""
+
+
+def in_use_message(run_dir: Path, owner: dict) -> str:
+    holder = (
+        f"process {owner.get('pid', '?')} on {owner.get('host', '?')}, "
+        f"started {owner.get('started', '?')}"
+    )
+    return (
+        f"{run_dir} is in use by another run ({holder}): two runs in one folder would "
+        "overwrite each other's checkpoints; wait for it to end, or stop it"
+    )
+
+
+def check_not_in_use(run_dir: Path) -> None:
+    """RunLocked when a live process holds `<run_dir>/.run.lock`. Reads only: the owner record
+    first (cleared at release; a dead owner's is left for train() to break), then, for a live
+    or unknown owner, a shared flock probe, so a run that never starts a lock is not delayed."""
+    path = Path(run_dir) / LOCK_NAME
+    owner = read_owner(path)
+    if not owner or owner_alive(owner) is False:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise RunLocked(in_use_message(Path(run_dir), owner)) from None
+    finally:
+        os.close(fd)  # drops the probe's shared lock
 
 
 def check_writable(directory: Path, what: str) -> None:
@@ -32,9 +74,16 @@ def check_writable(directory: Path, what: str) -> None:
 class WritableRunDir(Callback):
     """Hydra callback (conf/config.yaml, hydra.callbacks): the run or sweep directory is made
     and probed before Hydra writes .hydra/ into it, so a read-only or impossible
-    hydra.run.dir is one `error:` line (exit 1), not Hydra's traceback."""
+    hydra.run.dir is one `error:` line (exit 1), not Hydra's traceback; and a run directory
+    a live run holds is refused (one line, exit 1) before anything is written there."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        subdir = config.hydra.get("output_subdir", ".hydra")
+        writes_config = subdir is not None  # not the tools, not DDP ranks > 0
+        rank = next((os.environ[v] for v in RANK_VARIABLES if v in os.environ), "0")
+        if writes_config and rank == "0":  # ranks > 0 run in rank 0's held folder by design
+            with one_line_errors(RunLocked):  # before the write probe: a refusal touches nothing
+                check_not_in_use(Path(config.hydra.run.dir))
         self._check(config.hydra.run.dir, "the run directory (hydra.run.dir)")
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:

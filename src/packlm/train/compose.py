@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from packlm.callbacks import (
     GracefulStop,
     HParams,
     LastCheckpoint,
+    ProgressLines,
     ResumedSettings,
     RunProgressBar,
     SourceLosses,
@@ -116,14 +118,22 @@ def compose(
         )
 
     own_bar = any(isinstance(c, ProgressBar) for c in callbacks)  # a user's own bar wins
+    terminal = has_terminal()  # without one (a log file) the bar draws nothing: lines
     bar = None
-    if config.trainer.enable_progress_bar and not own_bar:
+    if config.trainer.enable_progress_bar and not own_bar and terminal:
         bar = EpochProgressBar() if rich_available() else RunProgressBar()
         callbacks.append(bar)
+    train = config.train
+    lines = ProgressLines(
+        train.progress_every_seconds, train.progress_every_n_steps, lines=not terminal
+    )
+    callbacks.append(lines)
     trainer_kwargs = config.trainer.trainer_kwargs()
     if config.trainer.precision == "auto":
         chosen = auto_precision(config.trainer.accelerator)
         log.info("trainer.precision=auto: %s on this machine; set it to choose", chosen)
+    if not terminal and not own_bar:
+        trainer_kwargs["enable_progress_bar"] = False  # the progress lines instead
     if config.train.max_supervised_tokens:
         trainer_kwargs["max_steps"] = -1  # the token budget decides
     if not validates:
@@ -140,12 +150,19 @@ def compose(
         reload_dataloaders_every_n_epochs=1,  # each epoch has its own plan (and length)
         default_root_dir=str(run_dir),
     )
-    if bar is not None and config.train.max_supervised_tokens:  # the bar ends with the budget
+    if config.train.max_supervised_tokens:  # the bar and the lines end with the budget
         batches_for = _expected_batches(datamodule, trainer.world_size)
-        bar.budget = TokenBudget(config.train.max_supervised_tokens, batches_for)
+        for shown in (bar, lines):
+            if shown is not None:
+                shown.budget = TokenBudget(config.train.max_supervised_tokens, batches_for)
     module = LitCausalLM(model=model_config, optim=_schedule_horizon(config, datamodule, trainer))
     module.set_token_byte_lengths(datamodule.token_byte_lengths)  # for val/bpb
     return Composed(trainer, module, last, validates, validated_at)
+
+
+def has_terminal() -> bool:
+    """Is stderr, where the bar draws, a terminal? (Not under SLURM, nohup, CI, `> log`.)"""
+    return sys.stderr.isatty()
 
 
 def model_vocab(config: Validated, tokenizer_vocab: int) -> int:

@@ -160,8 +160,18 @@ def _fit(
             trainer.global_step,
             stop_reason(trainer, config.train.max_supervised_tokens),
         )
-        print(summary(metrics, ran, run.last.path, run_dir, run.validates, note))
+        report(summary(metrics, ran, run.last.path, run_dir, run.validates, note))
     return metrics
+
+
+def report(text: str) -> None:
+    """The summary through logging under Hydra, which writes it to the console and to the
+    run's job.log (its last lines); printed when called without Hydra's logging (notebooks,
+    tests calling `train`)."""
+    if HydraConfig.initialized() and log.isEnabledFor(logging.INFO):
+        log.info("%s", text)
+    else:
+        print(text)
 
 
 def _check_strategy_fits_the_machine(strategy: Any, accelerator: Any) -> None:

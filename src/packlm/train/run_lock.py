@@ -5,7 +5,9 @@ other's steps. The second is refused at once, naming the holder (pid, host, star
 lock is an flock, which the kernel drops with a killed process; a lock still held by a
 process that inherited it from a dead owner is broken, as the cache's locks are
 (`packlm.runtime.lock_files`: the owner record and its liveness test are the same). Only rank 0 of a
-DDP run takes it (the other ranks run in the same folder by design).
+DDP run takes it (the other ranks run in the same folder by design). A fresh run pointed at a
+live run's folder is refused earlier, before Hydra writes there
+(`packlm.runtime.run_folder.check_not_in_use`, from the `WritableRunDir` Hydra callback).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from packlm.runtime.lock_files import (
     unlock,
     write_owner,
 )
+from packlm.runtime.run_folder import LOCK_NAME, RunLocked, in_use_message
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = ".run.lock"
 _held: set[int] = set()  # fds of the run locks this process holds; closed in forked children
 
 
@@ -41,10 +43,6 @@ def _close_inherited() -> None:
 
 
 os.register_at_fork(after_in_child=_close_inherited)
-
-
-class RunLocked(RuntimeError):
-    """Another live process trains in this run folder."""
 
 
 @contextlib.contextmanager
@@ -69,7 +67,7 @@ def _take(path: Path) -> int:
             owner = read_owner(path)
             os.close(fd)
             if owner_alive(owner) is not False:
-                raise RunLocked(_in_use(path.parent, owner)) from None
+                raise RunLocked(in_use_message(path.parent, owner)) from None
             log.warning(
                 "breaking the run lock %s: its owner, process %s, is dead (the lock was kept "
                 "by a process that inherited it)",
@@ -84,14 +82,3 @@ def _take(path: Path) -> int:
         os.close(fd)  # broken by another process meanwhile: retry on the new file
     write_owner(fd, owner_record(started=datetime.now().isoformat(timespec="seconds")))
     return fd
-
-
-def _in_use(run_dir: Path, owner: dict) -> str:
-    holder = (
-        f"process {owner.get('pid', '?')} on {owner.get('host', '?')}, "
-        f"started {owner.get('started', '?')}"
-    )
-    return (
-        f"{run_dir} is in use by another run ({holder}): two runs in one folder would "
-        "overwrite each other's checkpoints; wait for it to end, or stop it"
-    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from typing import Any
 
@@ -80,14 +81,27 @@ spans, supervised targets).
 More: docs/trace.md"""
 
 
+def show_why() -> None:
+    """packlm's INFO lines on stderr (why a store is rebuilt, which store is traced), unless
+    the caller configured logging already."""
+    logger = logging.getLogger("packlm")
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    from packlm.data.store.sources import SourceError
+    from packlm.data.store.token_store import StoreError
     from packlm.errors import one_line_errors
 
     if argv and argv[0] in ("-h", "--help"):
         print(f"{USAGE}\n\n{HELP}")
         return 0
-    with one_line_errors(ConfigError, OSError):
+    with one_line_errors(ConfigError, OSError, SourceError, StoreError):
         opts, paths = {}, []
         for a in argv:
             if a == "--json":
@@ -103,9 +117,17 @@ def main(argv: list[str] | None = None) -> int:
                 USAGE + (f" (unknown: {', '.join(sorted(unknown))})" if unknown else "")
             )
         ints = {k: int(v) for k, v in opts.items() if k != "json"}
+        show_why()
         tracer = tracer_of(paths[0], ints.get("world"))
         if "step" in ints:
             where = tracer.step_batches(ints["step"])
+            last = tracer.trained_steps
+            if last is not None and ints["step"] > last:
+                print(
+                    f"note: step {ints['step']} is past the run's last trained step ({last}, its "
+                    "checkpoint's): this is the plan's batch for that step, never trained",
+                    file=sys.stderr,
+                )
         else:
             where = [(ints.get("epoch", 0), ints["batch"])]
         traces = [tracer.batch(e, b, ints.get("rank")) for e, b in where]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from packlm.cache import DEFAULT_CACHE_DIR
+from packlm.commands.trace.own_store import own_store, trained_store
 from packlm.commands.trace.tracer import Schedule, Tracer
 from packlm.data.plans import EpochPlans
 from packlm.errors import ConfigError
@@ -15,21 +17,26 @@ def tracer_of(path: str | Path, world_size: int | None = None) -> Tracer:
     config and tokenizer; the trainer settings from its run's config when there is one)."""
     from omegaconf import OmegaConf
 
+    from packlm.checkpoint.contents import KEY, read_checkpoint, run_dir_of
+    from packlm.checkpoint.contents import tokenizer_from_checkpoint as tok_of
     from packlm.config.data import DataConfig
     from packlm.config.tokenizer import TokenizerConfig
 
     path = Path(path)
-    run_cfg, tokenizer, data = None, None, None
+    run_cfg, tokenizer, data, expected, trained = None, None, None, None, None
     if path.is_dir():
         saved = path / ".hydra" / "config.yaml"
         if not saved.is_file():
             raise ConfigError(f"{path}: no .hydra/config.yaml (not a run directory)")
         run_cfg = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
+        last = path / "checkpoints" / "last.ckpt"
+        if last.is_file():  # the store it trained on, its last step, its very tokenizer
+            checkpoint = read_checkpoint(last)
+            expected, trained = trained_store(checkpoint), checkpoint.get("global_step")
+            tokenizer = tok_of(checkpoint) if KEY in checkpoint else None
     elif path.is_file():
-        from packlm.checkpoint.contents import KEY, read_checkpoint, run_dir_of
-        from packlm.checkpoint.contents import tokenizer_from_checkpoint as tok_of
-
         checkpoint = read_checkpoint(path)
+        expected, trained = trained_store(checkpoint), checkpoint.get("global_step")
         extras = checkpoint.get(KEY) or {}
         if "data" not in extras:
             raise ConfigError(f"{path}: no packlm data config (not written by packlm's train.py)")
@@ -46,13 +53,19 @@ def tracer_of(path: str | Path, world_size: int | None = None) -> Tracer:
         tokenizer = TokenizerConfig.from_mapping(run_cfg.get("tokenizer") or {})
     cache = run_cfg.get("cache_dir")
     kwargs = {"cache_dir": cache} if cache else {}
-    plans = EpochPlans(tokenizer, data=data, progress=False, **kwargs)
+    prepared = None
+    if expected is not None and data.shard is None and data.shards is None:
+        cache_dir = Path(cache or DEFAULT_CACHE_DIR).expanduser().resolve()
+        prepared = own_store(data, tokenizer, cache_dir, expected, path)
+    plans = EpochPlans(tokenizer, data=data, progress=False, prepared=prepared, **kwargs)
     schedule = Schedule(
         world_size if world_size is not None else world_of(trainer),
         int(trainer.get("accumulate_grad_batches") or 1),
         trainer.get("limit_train_batches"),
     )
-    return Tracer(plans, schedule)
+    tracer = Tracer(plans, schedule)
+    tracer.trained_steps = None if trained is None else int(trained)
+    return tracer
 
 
 def world_of(trainer: dict[str, Any]) -> int:

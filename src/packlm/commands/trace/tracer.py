@@ -51,6 +51,7 @@ class Tracer:
     def __init__(self, plans: EpochPlans, schedule: Schedule):
         self.plans = plans
         self.schedule = schedule
+        self.trained_steps: int | None = None  # the run's last step (its checkpoint's), if known
         self.curriculum = bool(plans.data.curriculum)
         self.phases = plans.phases if self.curriculum else [Phase(0, 0, None)]
         self.step_size = plans.data.batch_size * schedule.world_size  # samples per global batch

@@ -8,8 +8,6 @@ decide the plans, so a resume with other data settings is refused instead of dri
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from functools import partial
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
+from packlm.cache.fingerprint import store_identity
 from packlm.config.data import DataConfig
 from packlm.data.epoch.collate import Samples, collate_arrays, to_tensors
 from packlm.data.epoch.curriculum import Position
@@ -267,13 +266,12 @@ def plan_signature(
     cfg: DataConfig, store: TokenStore, weights: list[float] | None
 ) -> dict[str, Any]:
     """What decides the plans: the data keys, the mixing weights and the store's identity."""
-    identity = json.dumps(store.manifest.get("fingerprint"), sort_keys=True, default=str)
     out: dict[str, Any] = {f"data.{k}": getattr(cfg, k) for k in PLAN_KEYS}
     out["data.sources weights"] = list(weights) if weights else None
     out["store"] = {
         "documents": store.n_docs,
         "tokens": store.n_tokens,
-        "fingerprint": hashlib.sha256(identity.encode()).hexdigest()[:16],
+        "fingerprint": store_identity(store.manifest.get("fingerprint")),
     }
     return out
 
