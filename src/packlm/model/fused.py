@@ -111,3 +111,57 @@ class _LinearCrossEntropy(torch.autograd.Function):
             (grad_w * grad_objective).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
         )
         return d_hidden, d_weight, None, None, None
+
+
+def rotary_attention(qkv: Tensor, cos: Tensor, sin: Tensor, bias: Tensor, n_head: int) -> Tensor:
+    """Rotary q and k, then softmax(q k^T / sqrt(D) + bias) v, heads merged: what
+    transformer.Attention computes on the matmul path, as one autograd node.
+
+    qkv [B, T, 3C] (q, k, v side by side, float), cos / sin [B or 1, 1, T, D] (Rotary's),
+    bias [B or 1, 1, T, T] or [T, T] additive (0 allowed, -inf masked) -> [B, T, C] in qkv's
+    dtype, autocast off inside. Why: at nanoGPT's CPU shape (T=64, C=128) autograd records
+    about 25 nodes for these ops (split, rotate_half, two matmuls, softmax, the merge) and
+    each costs more than its arithmetic; the hand-written backward takes 18 ops.
+    """
+    return _RotaryAttention.apply(qkv, cos, sin, bias, n_head)
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor, sign: float = 1.0) -> Tensor:
+    """x [B, H, T, D] turned by the angles (sign -1: turned back), pairs (i, i + D/2)."""
+    x1, x2 = x.chunk(2, dim=-1)  # [B, H, T, D/2] each
+    half = torch.cat((-x2, x1), dim=-1) if sign > 0 else torch.cat((x2, -x1), dim=-1)
+    return torch.addcmul(x * cos, half, sin)  # [B, H, T, D]
+
+
+class _RotaryAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, qkv, cos, sin, bias, n_head):
+        B, T, C3 = qkv.shape
+        H, D = n_head, C3 // (3 * n_head)
+        with torch.autocast(qkv.device.type, enabled=False):
+            heads = qkv.view(B, T, 3 * H, D).transpose(1, 2)  # [B, 3H, T, D]
+            qk = _rotate(heads[:, : 2 * H], cos, sin)  # [B, 2H, T, D]
+            q, k, v = qk[:, :H], qk[:, H:], heads[:, 2 * H :]  # [B, H, T, D] each
+            scores = torch.add(bias, q @ k.transpose(-1, -2), alpha=D**-0.5)  # [B, H, T, T]
+            probs = scores.softmax(dim=-1)
+            y = probs @ v  # [B, H, T, D]
+        ctx.save_for_backward(qk, v, probs, cos, sin)
+        ctx.n_head = H
+        return y.transpose(1, 2).reshape(B, T, H * D)  # [B, T, C]
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        qk, v, probs, cos, sin = ctx.saved_tensors
+        H = ctx.n_head
+        B, T, C = grad_out.shape
+        D = C // H
+        q, k = qk[:, :H], qk[:, H:]
+        with torch.autocast(grad_out.device.type, enabled=False):
+            dy = grad_out.view(B, T, H, D).transpose(1, 2)  # [B, H, T, D]
+            dv = probs.transpose(-1, -2) @ dy  # [B, H, T, D]
+            dp = dy @ v.transpose(-1, -2)  # [B, H, T, T]
+            # softmax's backward, scaled by 1 / sqrt(D): ds = p (dp - sum(dp p)) / sqrt(D)
+            ds = dp.sub_((dp * probs).sum(-1, keepdim=True)).mul_(probs).mul_(D**-0.5)
+            dqk = torch.cat((ds @ k, ds.transpose(-1, -2) @ q), dim=1)  # [B, 2H, T, D]
+            dheads = torch.cat((_rotate(dqk, cos, sin, -1.0), dv), dim=1)  # [B, 3H, T, D]
+        return dheads.transpose(1, 2).reshape(B, T, 3 * C), None, None, None, None
