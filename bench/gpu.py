@@ -62,10 +62,14 @@ def segments(B: int, T: int, docs_per_row: int, seed: int, device) -> torch.Tens
     return starts.cumsum(dim=1, dtype=torch.int32).to(device)  # [B, T]
 
 
+def docs_per_row(T: int) -> int:
+    return max(2, T // DOC_TOKENS)
+
+
 def packed_batches(B: int, T: int, vocab: int, n: int, device) -> list[dict]:
     out = []
     for i in range(n):
-        seg = segments(B, T, max(2, T // DOC_TOKENS), seed=i, device=device)  # [B, T]
+        seg = segments(B, T, docs_per_row(T), seed=i, device=device)  # [B, T]
         ids = torch.randint(0, vocab, (B, T), generator=torch.Generator().manual_seed(i))
         ids = ids.to(device)
         labels = ids.roll(-1, dims=1)
@@ -185,7 +189,7 @@ def model_rows(args, device: torch.device) -> None:
                 try:
                     seconds, peak_bytes = measure(step, warmup, n, args.repeats)
                 except Exception as err:  # noqa: BLE001 - a failed compile is a row, not a stop
-                    print(f"| {T} | {B} | | | {attention} | {compile} | failed: "
+                    print(f"| {T} | {B} | | | {attention} | {'on' if compile else 'off'} | failed: "
                           f"{type(err).__name__}: {str(err)[:200]} | | | |")  # fmt: skip
                     continue
                 finally:
@@ -194,7 +198,7 @@ def model_rows(args, device: torch.device) -> None:
                 fpt = flops_per_token(meta_model(cfg), T)
                 mfu = f"{fpt * tokens_s / peak:.1%}" if peak else "n/a"
                 mem = f"{peak_bytes / 2**20:,.0f}" if peak_bytes is not None else "n/a"
-                print(f"| {T} | {B} | {T // DOC_TOKENS} | {float(useful / dense):.3f} | "
+                print(f"| {T} | {B} | {docs_per_row(T)} | {float(useful / dense):.3f} | "
                       f"{attention} | {'on' if compile else 'off'} | {tokens_s:,.0f} | {mfu} | "
                       f"{mem} | {seconds * 1e3:.1f} |")  # fmt: skip
         print(f"|  T={T}: max abs(flex - sdpa) logits, float32: {diff:.2e} | | | | | | | | | |")

