@@ -13,8 +13,8 @@ torch.compile off / on, in bf16-mixed (autocast; `--precision 32-true` for float
 - sdpa: SDPA with the additive [B, 1, T, T] block-diagonal mask, built once per step;
 - flex: FlexAttention with a BlockMask from the segment ids (model.attention=auto on CUDA).
 Before timing, the flex and sdpa models' logits on one batch must agree (same weights).
-Contenders run one after the other, each alone in memory: peak memory is the step's own
-(weights, AdamW state, activations; `torch.cuda.max_memory_allocated`).
+Each contender runs in its own process: peak memory is the step's own (weights, AdamW state,
+activations; `torch.cuda.max_memory_allocated`), a failed compile or an OOM loses one row.
 MFU = FLOPs per token x tokens/s / the GPU's dense bf16 peak, FLOPs per token by nanoGPT's
 `estimate_mfu`: 6 N + 12 L C T, N the parameters in matmuls (the token embedding only when
 tied to the head), the attention term for a full causal row (packed rows need less: the
@@ -27,7 +27,7 @@ precision; on the CPU it trains DDP on two processes (gloo) and says FSDP needs 
 from __future__ import annotations
 
 import argparse
-import gc
+import json
 import re
 import statistics
 import subprocess
@@ -158,49 +158,75 @@ def measure(step: TrainStep, warmup: int, n: int, repeats: int) -> tuple[float, 
     return statistics.median(times), torch.cuda.max_memory_allocated() if cuda else None
 
 
+def shapes(gpu: bool) -> tuple[dict, dict[int, int], int, int]:
+    """(model config, batch size per T, warm-up steps, steps per repeat)."""
+    if gpu:
+        return GPT2_124M, {1024: 16, 2048: 8}, 3, 10
+    return TINY, {64: 4, 128: 2}, 1, 2
+
+
+def contender(args, device: torch.device) -> None:
+    """`--contender T,attention,compile`: one row, measured in a fresh process (its own peak
+    memory and compile caches; a crash or OOM loses that row only), printed for the parent."""
+    T, attention, compile = args.contender.split(",")
+    base, sizes, warmup, n = shapes(device.type == "cuda")
+    T = int(T)
+    batches = packed_batches(sizes[T], T, base["vocab_size"], 4, device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    cfg = ModelConfig(**base, context_length=T, attention=attention)
+    step = TrainStep(cfg, batches, compile == "on", args.precision == "bf16-mixed")
+    seconds, peak_bytes = measure(step, warmup, n, args.repeats)
+    print("RESULT " + json.dumps({"seconds": seconds, "peak_bytes": peak_bytes}))
+
+
+def run_contender(args, T: int, attention: str, compile: str) -> dict | str:
+    """The measurement of one row from its own process, or why it failed (one line)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--contender",
+           f"{T},{attention},{compile}", "--repeats", str(args.repeats),
+           "--precision", args.precision]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    found = re.search(r"^RESULT (.*)$", out.stdout, re.M)
+    if out.returncode == 0 and found:
+        return json.loads(found[1])
+    lines = [line for line in out.stderr.splitlines() if line.strip()] or ["no output"]
+    errors = [line for line in lines if re.match(r"[\w.]*(Error|Exception)\b", line)]
+    return f"failed (exit {out.returncode}): {(errors or lines)[-1][:200]}"
+
+
 def model_rows(args, device: torch.device) -> None:
-    """The table of item 5: each T x attention path x compile, one contender at a time."""
+    """The table of item 5: each T x attention path x compile, each in its own process."""
     gpu = device.type == "cuda"
-    base, sizes = (GPT2_124M, ((1024, 16), (2048, 8))) if gpu else (TINY, ((64, 4), (128, 2)))
-    warmup, n = (3, 10) if gpu else (1, 2)
-    bf16 = args.precision == "bf16-mixed"
+    base, sizes, _, n = shapes(gpu)
     peak = peak_flops(device, args.peak_tflops)
-    print(f"{'no GPU found: ' if not gpu else ''}{device.type}"
-          f"{' ' + torch.cuda.get_device_name(device) if gpu else ''}, {args.precision}, "
-          f"model {base}, medians of {args.repeats} x {n} steps"
+    print(f"{device.type}{' ' + torch.cuda.get_device_name(device) if gpu else ''}, "
+          f"{args.precision}, model {base}, medians of {args.repeats} x {n} steps"
           f"{' (CPU: tiny, numbers meaningless; FlexAttention forward only)' if not gpu else ''}")  # fmt: skip
     print(f"peak {peak / 1e12:.0f} TFLOP/s" if peak else "peak FLOP/s unknown: MFU n/a "
           "(--peak-tflops)")  # fmt: skip
     print("\n| T | B | docs/row | useful attn | attention | compile | tokens/s | MFU | "
           "peak MiB | ms/step |\n|---|---|---|---|---|---|---:|---:|---:|---:|")  # fmt: skip
-    for T, B in sizes:
+    for T, B in sizes.items():
         config = dict(base, context_length=T)
-        batches = packed_batches(B, T, base["vocab_size"], 4, device)
+        batches = packed_batches(B, T, base["vocab_size"], 1, device)
         useful, dense = attention_pairs(batches[0])
         diff = check_flex_matches_sdpa(config, batches[0])
+        del batches
+        if gpu:
+            torch.cuda.empty_cache()
+        fpt = flops_per_token(meta_model(ModelConfig(**config)), T)
         for attention in ("sdpa", "flex"):
-            for compile in (False, True) if args.compile else (False,):
-                gc.collect()
-                if gpu:
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats(device)
-                cfg = ModelConfig(**config, attention=attention)
-                step = TrainStep(cfg, batches, compile, bf16)
-                try:
-                    seconds, peak_bytes = measure(step, warmup, n, args.repeats)
-                except Exception as err:  # noqa: BLE001 - a failed compile is a row, not a stop
-                    print(f"| {T} | {B} | | | {attention} | {'on' if compile else 'off'} | failed: "
-                          f"{type(err).__name__}: {str(err)[:200]} | | | |")  # fmt: skip
+            for compile in ("off", "on") if args.compile else ("off",):
+                got = run_contender(args, T, attention, compile)
+                head = f"| {T} | {B} | {docs_per_row(T)} | {float(useful / dense):.3f} | {attention} | {compile} |"  # fmt: skip
+                if isinstance(got, str):
+                    print(f"{head} {got} | | | |")
                     continue
-                finally:
-                    del step
-                tokens_s = B * T / seconds
-                fpt = flops_per_token(meta_model(cfg), T)
+                tokens_s = B * T / got["seconds"]
                 mfu = f"{fpt * tokens_s / peak:.1%}" if peak else "n/a"
+                peak_bytes = got["peak_bytes"]
                 mem = f"{peak_bytes / 2**20:,.0f}" if peak_bytes is not None else "n/a"
-                print(f"| {T} | {B} | {docs_per_row(T)} | {float(useful / dense):.3f} | "
-                      f"{attention} | {'on' if compile else 'off'} | {tokens_s:,.0f} | {mfu} | "
-                      f"{mem} | {seconds * 1e3:.1f} |")  # fmt: skip
+                print(f"{head} {tokens_s:,.0f} | {mfu} | {mem} | {got['seconds'] * 1e3:.1f} |")
         print(f"|  T={T}: max abs(flex - sdpa) logits, float32: {diff:.2e} | | | | | | | | | |")
 
 
@@ -261,8 +287,12 @@ def main() -> None:
                         help="leave out the torch.compile rows")  # fmt: skip
     parser.add_argument("--peak-tflops", type=float, help="the GPU's peak, for MFU")
     parser.add_argument("--strategies", action="store_true", help="DDP vs FSDP through train.py")
+    parser.add_argument("--contender", help=argparse.SUPPRESS)  # T,attention,compile: one row
     args = parser.parse_args()
     gpu = torch.cuda.is_available()
+    if args.contender:
+        contender(args, torch.device("cuda" if gpu else "cpu"))
+        return
     if not gpu:
         print("No CUDA GPU found: running the same code paths at a tiny size on the CPU.")
     if args.strategies:
