@@ -1,43 +1,56 @@
-"""GPU benchmarks: FlexAttention vs dense-mask SDPA vs is_causal SDPA, and model.compile.
+"""GPU benchmark: tokens/s, model FLOPs utilization and peak memory of packlm's training step.
 
-    python bench/gpu.py              # needs CUDA; about 3 minutes on one GPU (compiles)
-    python bench/gpu.py --dry-run    # no GPU: the same code paths, tiny, on the CPU
+    python bench/gpu.py                 # a 124M model (GPT-2 small's shape), T=1024 and 2048
+    python bench/gpu.py --strategies    # train.py under DDP against FSDP, every visible GPU
 
-1. Attention forward + backward at T=2048 with many short documents (24 per row, about 85
-   tokens each), bf16: FlexAttention (compiled, BlockMask from segment ids) against SDPA
-   with the additive [B, 1, T, T] mask and against is_causal SDPA (no mask: the floor).
-   Each mask is built inside the timed step, once per batch as in the model
-   (packlm.model.masks.build_mask), and the BlockMask build is also timed alone.
-2. A training step (forward + backward + AdamW, bf16 autocast) of packlm's Transformer on
-   the same packed rows: eager with FlexAttention (model.attention=auto on CUDA), eager with
-   dense-mask SDPA, and torch.compile'd with FlexAttention (what model.compile=true runs).
-3. `--strategies`: `python train.py` with trainer.strategy=ddp and then fsdp on every visible
-   GPU, the same run otherwise (model=medium, 60 steps, bf16-mixed): supervised tokens/s
-   from each run's summary and the final val/loss, which should agree to bf16's precision
-   (FSDP shards parameters, it does not change the math). The dry run trains DDP on two CPU
-   processes (gloo) and says FSDP needs CUDA.
-Contenders take turns (interleaved repeats); the table gives medians and ratios of times.
-Without CUDA (and without --dry-run) it says so and exits 0.
+Without a CUDA GPU it says so and runs the same code paths at a tiny size on the CPU (the
+numbers mean nothing there; tests/app/test_bench_gpu.py runs it), so the command a GPU user
+types has run before.
+
+The training step (forward + backward + AdamW, fixed packed batches of many documents per
+row, mean length DOC_TOKENS) of packlm's Transformer, for each T, attention path and
+torch.compile off / on, in bf16-mixed (autocast; `--precision 32-true` for float32):
+- sdpa: SDPA with the additive [B, 1, T, T] block-diagonal mask, built once per step;
+- flex: FlexAttention with a BlockMask from the segment ids (model.attention=auto on CUDA).
+Before timing, the flex and sdpa models' logits on one batch must agree (same weights).
+Each contender runs in its own process: peak memory is the step's own (weights, AdamW state,
+activations; `torch.cuda.max_memory_allocated`), a failed compile or an OOM loses one row.
+MFU = FLOPs per token x tokens/s / the GPU's dense bf16 peak, FLOPs per token by nanoGPT's
+`estimate_mfu`: 6 N + 12 L C T, N the parameters in matmuls (the token embedding only when
+tied to the head), the attention term for a full causal row (packed rows need less: the
+useful fraction is printed per T). Peaks known by GPU name; `--peak-tflops` for others.
+`--strategies`: `python train.py` with trainer.strategy=ddp and fsdp (model=medium, 60 steps,
+bf16-mixed): supervised tokens/s and the final val/loss, which should agree to bf16's
+precision; on the CPU it trains DDP on two processes (gloo) and says FSDP needs CUDA.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from functools import partial
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from packlm.config.model import ModelConfig
-from packlm.model import masks
+from packlm.model.loss import attention_pairs
 from packlm.model.transformer import Transformer, positions_from_segments
+
+GPT2_124M = dict(vocab_size=50304, n_layer=12, n_head=12, n_embd=768, tie_embeddings=True)
+TINY = dict(vocab_size=64, n_layer=2, n_head=2, n_embd=32, tie_embeddings=True)
+DOC_TOKENS = 96  # mean document length: T=2048 rows hold about 21 documents
+# dense bf16 tensor-core peaks, TFLOP/s (vendor sheets, no sparsity); first match wins
+PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("GH200", 989.0),
+                    ("B200", 2250.0), ("A100", 312.0), ("L40S", 362.0), ("L4", 121.0),
+                    ("A10", 125.0))  # fmt: skip
 
 
 def segments(B: int, T: int, docs_per_row: int, seed: int, device) -> torch.Tensor:
@@ -49,94 +62,178 @@ def segments(B: int, T: int, docs_per_row: int, seed: int, device) -> torch.Tens
     return starts.cumsum(dim=1, dtype=torch.int32).to(device)  # [B, T]
 
 
-def timed(fn, sync) -> float:
-    start = time.perf_counter()
-    fn()
-    sync()
-    return time.perf_counter() - start
+def docs_per_row(T: int) -> int:
+    return max(2, T // DOC_TOKENS)
 
 
-def interleaved(contenders: dict, repeats: int, n: int, sync) -> dict[str, float]:
-    """Median ms per call of each contender; one warm-up call each (compiles), then turns."""
-    for fn in contenders.values():
-        fn()
-        sync()
-    times = {name: [] for name in contenders}
-    for _ in range(repeats):
-        for name, fn in contenders.items():
-            times[name] += [timed(fn, sync) for _ in range(n)]
-    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
-
-
-# --- 1. attention alone -------------------------------------------------------------------------
-
-
-def attention_contenders(seg: torch.Tensor, H: int, D: int, dtype, backward: bool) -> dict:
-    B, T = seg.shape
-    q, k, v = (
-        torch.randn(B, H, T, D, device=seg.device, dtype=dtype, requires_grad=backward)
-        for _ in range(3)
-    )  # [B, H, T, D]
-
-    def step(build) -> torch.Tensor:
-        out = masks.attend(q, k, v, build())  # mask built inside: its cost counts
-        if backward:
-            out.sum().backward()
-        return out
-
-    return {
-        "is_causal": partial(step, lambda: masks.AttentionMask(is_causal=True)),
-        "dense": partial(step, partial(masks.build_mask, seg, "sdpa", dtype)),
-        "flex": partial(step, partial(masks.build_mask, seg, "flex", dtype)),
-        "blockmask": partial(masks.build_mask, seg, "flex", dtype),
-    }
-
-
-def check_flex_matches_dense(contenders: dict, atol: float) -> float:
-    """Max |flex - dense| of one forward (the same q, k, v): the two must agree."""
-    with torch.no_grad():
-        diff = (contenders["flex"]() - contenders["dense"]()).abs().max().item()
-    if not diff <= atol:
-        raise SystemExit(f"FlexAttention and dense-mask SDPA disagree: max diff {diff:.3g}")
-    return diff
-
-
-# --- 2. the training step -------------------------------------------------------------------------
-
-
-class TrainStep:
-    """One model + AdamW on fixed packed batches; compiled or eager, flex or sdpa."""
-
-    def __init__(self, config: ModelConfig, batches: list[dict], compile: bool, autocast):
-        torch.manual_seed(0)
-        device = batches[0]["input_ids"].device
-        self.model = Transformer(config).to(device)
-        self.run = torch.compile(self.model) if compile else self.model
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=device.type == "cuda")
-        self.batches, self.i, self.autocast = batches, 0, autocast
-
-    def __call__(self) -> None:
-        batch = self.batches[self.i % len(self.batches)]
-        self.i += 1
-        with self.autocast():
-            logits = self.run(batch["input_ids"], batch["segment_ids"], batch["position_ids"])
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten())
-        loss.backward()
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-
-
-def packed_batches(B: int, T: int, docs: int, vocab: int, n: int, device) -> list[dict]:
+def packed_batches(B: int, T: int, vocab: int, n: int, device) -> list[dict]:
     out = []
     for i in range(n):
-        seg = segments(B, T, docs, seed=i, device=device)  # [B, T]
-        ids = torch.randint(0, vocab, (B, T), device=device)
+        seg = segments(B, T, docs_per_row(T), seed=i, device=device)  # [B, T]
+        ids = torch.randint(0, vocab, (B, T), generator=torch.Generator().manual_seed(i))
+        ids = ids.to(device)
         labels = ids.roll(-1, dims=1)
         labels[:, :-1][seg[:, 1:] != seg[:, :-1]] = -100  # no target across a document end
         labels[:, -1] = -100
         pos = positions_from_segments(seg, B, T, device)
         out.append({"input_ids": ids, "labels": labels, "segment_ids": seg, "position_ids": pos})
     return out
+
+
+def flops_per_token(model: Transformer, T: int) -> float:
+    """nanoGPT's estimate_mfu: 6 N + 12 L C T (forward + backward, full causal rows)."""
+    c = model.config
+    n = model.num_parameters() - (0 if c.tie_embeddings else model.wte.weight.numel())
+    return 6 * n + 12 * c.n_layer * c.n_embd * T
+
+
+def peak_flops(device: torch.device, override: float | None) -> float | None:
+    if override is not None:
+        return override * 1e12
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((tf * 1e12 for key, tf in PEAK_BF16_TFLOPS if key in name), None)
+
+
+class TrainStep:
+    """One model + AdamW on fixed packed batches: attention path, compile and precision set."""
+
+    def __init__(self, config: ModelConfig, batches: list[dict], compile: bool, bf16: bool):
+        torch.manual_seed(0)
+        self.device = batches[0]["input_ids"].device
+        self.model = Transformer(config).to(self.device)
+        self.run = torch.compile(self.model) if compile else self.model
+        cuda = self.device.type == "cuda"
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=cuda)
+        self.batches, self.i, self.bf16 = batches, 0, bf16
+        # CPU FlexAttention has a forward only (torch raises on its backward): time that
+        self.forward_only = config.attention == "flex" and not cuda
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    def logits(self, batch: dict) -> torch.Tensor:
+        return self.run(batch["input_ids"], batch["segment_ids"], batch["position_ids"])
+
+    def __call__(self) -> None:
+        batch = self.batches[self.i % len(self.batches)]
+        self.i += 1
+        with self.autocast(), torch.no_grad() if self.forward_only else nullcontext():
+            logits = self.logits(batch)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten())
+        if not self.forward_only:
+            loss.backward()
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+
+
+def check_flex_matches_sdpa(config: dict, batch: dict) -> float:
+    """Max |logits flex - logits sdpa| of one float32 forward, the same weights: must agree."""
+    with torch.no_grad():
+        out = [
+            TrainStep(ModelConfig(**config, attention=a), [batch], False, False).logits(batch)
+            for a in ("flex", "sdpa")
+        ]
+    diff = (out[0] - out[1]).abs().max().item()
+    if not diff <= 2e-3:
+        raise SystemExit(f"FlexAttention and dense-mask SDPA disagree: max |diff| {diff:.3g}")
+    return diff
+
+
+def measure(step: TrainStep, warmup: int, n: int, repeats: int) -> tuple[float, float | None]:
+    """(median seconds a step, peak bytes allocated or None on the CPU); warm-up compiles."""
+    cuda = step.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(warmup):
+        step()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(n):
+            step()
+        sync()
+        times.append((time.perf_counter() - start) / n)
+    return statistics.median(times), torch.cuda.max_memory_allocated() if cuda else None
+
+
+def shapes(gpu: bool) -> tuple[dict, dict[int, int], int, int]:
+    """(model config, batch size per T, warm-up steps, steps per repeat)."""
+    if gpu:
+        return GPT2_124M, {1024: 16, 2048: 8}, 3, 10
+    return TINY, {64: 4, 128: 2}, 1, 2
+
+
+def contender(args, device: torch.device) -> None:
+    """`--contender T,attention,compile`: one row, measured in a fresh process (its own peak
+    memory and compile caches; a crash or OOM loses that row only), printed for the parent."""
+    T, attention, compile = args.contender.split(",")
+    base, sizes, warmup, n = shapes(device.type == "cuda")
+    T = int(T)
+    batches = packed_batches(sizes[T], T, base["vocab_size"], 4, device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    cfg = ModelConfig(**base, context_length=T, attention=attention)
+    step = TrainStep(cfg, batches, compile == "on", args.precision == "bf16-mixed")
+    seconds, peak_bytes = measure(step, warmup, n, args.repeats)
+    print("RESULT " + json.dumps({"seconds": seconds, "peak_bytes": peak_bytes}))
+
+
+def run_contender(args, T: int, attention: str, compile: str) -> dict | str:
+    """The measurement of one row from its own process, or why it failed (one line)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--contender",
+           f"{T},{attention},{compile}", "--repeats", str(args.repeats),
+           "--precision", args.precision]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    found = re.search(r"^RESULT (.*)$", out.stdout, re.M)
+    if out.returncode == 0 and found:
+        return json.loads(found[1])
+    lines = [line for line in out.stderr.splitlines() if line.strip()] or ["no output"]
+    errors = [line for line in lines if re.match(r"[\w.]*(Error|Exception)\b", line)]
+    return f"failed (exit {out.returncode}): {(errors or lines)[-1][:200]}"
+
+
+def model_rows(args, device: torch.device) -> None:
+    """The table of item 5: each T x attention path x compile, each in its own process."""
+    gpu = device.type == "cuda"
+    base, sizes, _, n = shapes(gpu)
+    peak = peak_flops(device, args.peak_tflops)
+    print(f"{device.type}{' ' + torch.cuda.get_device_name(device) if gpu else ''}, "
+          f"{args.precision}, model {base}, medians of {args.repeats} x {n} steps"
+          f"{' (CPU: tiny, numbers meaningless; FlexAttention forward only)' if not gpu else ''}")  # fmt: skip
+    print(f"peak {peak / 1e12:.0f} TFLOP/s" if peak else "peak FLOP/s unknown: MFU n/a "
+          "(--peak-tflops)")  # fmt: skip
+    print("\n| T | B | docs/row | useful attn | attention | compile | tokens/s | MFU | "
+          "peak MiB | ms/step |\n|---|---|---|---|---|---|---:|---:|---:|---:|")  # fmt: skip
+    for T, B in sizes.items():
+        config = dict(base, context_length=T)
+        batches = packed_batches(B, T, base["vocab_size"], 1, device)
+        useful, dense = attention_pairs(batches[0])
+        diff = check_flex_matches_sdpa(config, batches[0])
+        del batches
+        if gpu:
+            torch.cuda.empty_cache()
+        fpt = flops_per_token(meta_model(ModelConfig(**config)), T)
+        for attention in ("sdpa", "flex"):
+            for compile in ("off", "on") if args.compile else ("off",):
+                got = run_contender(args, T, attention, compile)
+                head = f"| {T} | {B} | {docs_per_row(T)} | {float(useful / dense):.3f} | {attention} | {compile} |"  # fmt: skip
+                if isinstance(got, str):
+                    print(f"{head} {got} | | | |")
+                    continue
+                tokens_s = B * T / got["seconds"]
+                mfu = f"{fpt * tokens_s / peak:.1%}" if peak else "n/a"
+                peak_bytes = got["peak_bytes"]
+                mem = f"{peak_bytes / 2**20:,.0f}" if peak_bytes is not None else "n/a"
+                print(f"{head} {tokens_s:,.0f} | {mfu} | {mem} | {got['seconds'] * 1e3:.1f} |")
+        print(f"|  T={T}: max abs(flex - sdpa) logits, float32: {diff:.2e} | | | | | | | | | |")
+
+
+def meta_model(cfg: ModelConfig) -> Transformer:
+    """The model's shapes without its memory (for counting parameters)."""
+    with torch.device("meta"):
+        return Transformer(cfg)
 
 
 SUMMARY = re.compile(r"trained \d+ steps in \d+ s.*?\(([\d,]+) tokens/s\)")
@@ -157,9 +254,9 @@ def train_with(strategy: str, overrides: list[str], run_dir: Path) -> tuple[floa
     return float(found[1].replace(",", "")), float(val[1])
 
 
-def strategies(dry_run: bool) -> None:
-    """Part 3: DDP against FSDP through train.py, the same run otherwise."""
-    if dry_run:
+def strategies(gpu: bool) -> None:
+    """`--strategies`: DDP against FSDP through train.py, the same run otherwise."""
+    if not gpu:
         names, overrides = ["ddp"], ["experiment=tiny", "trainer.accelerator=cpu",
                                      "trainer.devices=2", "trainer.max_steps=6"]  # fmt: skip
     else:
@@ -185,78 +282,23 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, no compile")
-    parser.add_argument("--strategies", action="store_true", help="part 3 only: DDP vs FSDP")
+    parser.add_argument("--precision", choices=("bf16-mixed", "32-true"), default="bf16-mixed")
+    parser.add_argument("--no-compile", dest="compile", action="store_false",
+                        help="leave out the torch.compile rows")  # fmt: skip
+    parser.add_argument("--peak-tflops", type=float, help="the GPU's peak, for MFU")
+    parser.add_argument("--strategies", action="store_true", help="DDP vs FSDP through train.py")
+    parser.add_argument("--contender", help=argparse.SUPPRESS)  # T,attention,compile: one row
     args = parser.parse_args()
-    cuda = torch.cuda.is_available()
-    if not cuda and not args.dry_run:
-        print("bench/gpu.py needs a CUDA GPU and none is available: nothing measured.")
-        sys.exit(0)
-    if args.strategies:
-        strategies(args.dry_run)
+    gpu = torch.cuda.is_available()
+    if args.contender:
+        contender(args, torch.device("cuda" if gpu else "cpu"))
         return
-    if cuda and not args.dry_run:
-        device, dtype, sync = torch.device("cuda"), torch.bfloat16, torch.cuda.synchronize
-        B, H, T, D, docs, n = 4, 8, 2048, 64, 24, 10
-        config = ModelConfig(vocab_size=8192, context_length=T, n_layer=6, n_head=8, n_embd=512)
-        batch_size, compile_model, flex_backward = 8, True, True
-        autocast = partial(torch.autocast, "cuda", dtype=torch.bfloat16)
-        backend = "flex"
-    else:  # dry run: every path but compile, at toy sizes (CPU flex is forward-only)
-        device, dtype, sync = torch.device("cpu"), torch.float32, lambda: None
-        B, H, T, D, docs, n = 2, 2, 128, 16, 6, 2
-        config = ModelConfig(vocab_size=64, context_length=T, n_layer=1, n_head=2, n_embd=32)
-        batch_size, compile_model, flex_backward = 2, False, False
-        autocast = partial(torch.autocast, "cpu", enabled=False)
-        backend = "sdpa"
-
-    seg = segments(B, T, docs, seed=0, device=device)
-    attn = attention_contenders(seg, H, D, dtype, backward=True)
-    diff = check_flex_matches_dense(attention_contenders(seg, H, D, dtype, False), atol=2e-2)
-    if not flex_backward:  # no FlexAttention backward on the CPU: time its forward only
-        attn["flex"] = attention_contenders(seg, H, D, dtype, backward=False)["flex"]
-    a = interleaved(attn, args.repeats, n, sync)
-
-    batches = packed_batches(batch_size, T, docs, config.vocab_size, 4, device)
-    cfg = {name: ModelConfig(**{**vars(config), "attention": att}) for name, att in
-           (("flex", backend), ("sdpa", "sdpa"))}  # fmt: skip
-    steps = {
-        "eager flex": TrainStep(cfg["flex"], batches, False, autocast),
-        "eager sdpa": TrainStep(cfg["sdpa"], batches, False, autocast),
-    }
-    if compile_model:
-        steps["compiled flex"] = TrainStep(cfg["flex"], batches, True, autocast)
-        try:  # compile errors are reported, not fatal: the attention rows still count
-            steps["compiled flex"]()
-        except Exception as err:  # noqa: BLE001
-            print(f"model.compile=true failed, its rows are left out: {type(err).__name__}: {err}")
-            del steps["compiled flex"]
-            compile_model = False
-    s = interleaved(steps, args.repeats, n, sync)
-    tokens = batch_size * T
-
-    print(f"\n{device.type}{' (dry run: toy sizes, numbers meaningless)' if args.dry_run else ''}:"
-          f" attention B={B} H={H} T={T} D={D}, {docs} documents per row, {dtype}")  # fmt: skip
-    print(f"model {config.n_layer}x{config.n_embd}, batch {batch_size}x{T}; medians of {args.repeats} repeats\n")  # fmt: skip
-    rows = [
-        ("attn fwd+bwd: dense-mask SDPA / Flex (time)", a["dense"] / a["flex"]),
-        ("attn fwd+bwd: Flex / is_causal SDPA (time)", a["flex"] / a["is_causal"]),
-        ("attn fwd+bwd, mask build included, ms: Flex", a["flex"]),
-        ("  dense-mask SDPA", a["dense"]),
-        ("  is_causal SDPA", a["is_causal"]),
-        ("BlockMask build alone, ms", a["blockmask"]),
-        ("max |Flex - dense| of the forward", diff),
-        ("training step, eager Flex: tokens/s", tokens / s["eager flex"] * 1e3),
-        ("training step: eager dense-mask SDPA / eager Flex (time)", s["eager sdpa"] / s["eager flex"]),
-    ]  # fmt: skip
-    if compile_model:
-        rows += [
-            ("training step, compiled Flex: tokens/s", tokens / s["compiled flex"] * 1e3),
-            ("model.compile=true / eager, Flex (tokens/s)", s["eager flex"] / s["compiled flex"]),
-        ]
-    print(f"| {'measure':<58} | {'value':>10} |\n|{'-' * 60}|{'-' * 11}:|")
-    for name, value in rows:
-        print(f"| {name:<58} | {value:>10{'.3g' if abs(value) < 100 else '.0f'}} |")
+    if not gpu:
+        print("No CUDA GPU found: running the same code paths at a tiny size on the CPU.")
+    if args.strategies:
+        strategies(gpu)
+        return
+    model_rows(args, torch.device("cuda" if gpu else "cpu"))
 
 
 if __name__ == "__main__":

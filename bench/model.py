@@ -21,7 +21,10 @@ At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one
 Every contender runs with glibc's malloc thresholds set as `train.keep_freed_memory=true` sets
 them (train/allocator.py, off by default in train.py: a step's freed memory stays for the next);
 `--glibc-default` leaves them as glibc sets them, for every contender.
-A step's time is the wall time between consecutive step ends (data fetch included). The
+A step's time is the wall time between consecutive step ends (data fetch included); with
+`--cpu-time`, the CPU time of this process between them, on one thread: on a machine shared
+with other jobs, wall time with two threads measures the scheduler (each parallel region waits
+for a descheduled thread), CPU time on one thread the work. The
 contenders take turns, one run each per repeat (the headline pair, reference and Lightning
 auto, two runs: first and last, in A B ... B A order); a ratio is the median over repeats of
 that repeat's ratio of median step times, so a busy minute on a shared machine hits both.
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
 import tempfile
 import time
@@ -83,6 +87,9 @@ def as_stream(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     B, T = batch["input_ids"].shape
     zeros = torch.zeros(B, T, dtype=torch.int32)
     return dict(batch, segment_ids=zeros, position_ids=positions_from_segments(None, B, T, "cpu"))
+
+
+clock = time.perf_counter  # --cpu-time: time.process_time (this process's CPU seconds)
 
 
 def gaps(stamps: list[float], warmup: int) -> list[float]:
@@ -180,7 +187,7 @@ class BareLoop:
             self.opt.step()
             self.sched.step()
             self.opt.zero_grad(set_to_none=True)
-            stamps.append(time.perf_counter())
+            stamps.append(clock())
         return gaps(stamps, warmup)
 
 
@@ -192,7 +199,7 @@ class StepStamps(L.Callback):
         self.stamps = []
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.stamps.append(time.perf_counter())
+        self.stamps.append(clock())
 
 
 _modules: dict[bool, LitCausalLM] = {}
@@ -246,7 +253,7 @@ def forward_backward(batches, warmup: int, config: dict, bool_mask: bool = False
             F.cross_entropy(
                 logits.flatten(0, 1), batch["labels"].flatten(), reduction="sum"
             ).backward()
-            stamps.append(time.perf_counter())
+            stamps.append(clock())
     return gaps(stamps, warmup)
 
 
@@ -267,7 +274,7 @@ def head_loss(batches, warmup: int, chunked: bool, bf16: bool) -> list[float]:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 loss = lit._cross_entropy(batch)[0]
             loss.backward()
-            stamps.append(time.perf_counter())
+            stamps.append(clock())
     finally:
         fused.CE_CHUNKED_FROM = saved
     return gaps(stamps, warmup)
@@ -289,8 +296,17 @@ def main() -> None:
         "train.py's default) for every contender; by default they are set as "
         "train.keep_freed_memory=true sets them, for every contender",
     )  # fmt: skip
+    parser.add_argument(
+        "--cpu-time", action="store_true",
+        help="one thread, steps timed in this process's CPU time (a machine shared with others)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.cpu_time:
+        global clock
+        clock = time.process_time
+        torch.set_num_threads(1)
     kept = keep_freed_memory() if args.keep_freed else False
+    load_start = " ".join(f"{x:.1f}" for x in os.getloadavg())
     if args.quick:
         args.steps, args.repeats = 10, 3
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)  # its device/summary lines
@@ -392,7 +408,10 @@ def main() -> None:
         f"\nmodel {CONFIG}, batch {B}x{T}, 4 documents per row, {torch.get_num_threads()} threads"
     )
     print(f"{args.repeats} repeats of {args.steps} steps; ratios: median of per-repeat ratios")
-    print(f"freed memory kept in the process (train.keep_freed_memory), all contenders: {kept}\n")
+    print(f"freed memory kept in the process (train.keep_freed_memory), all contenders: {kept}")
+    timing = "CPU time of this process, 1 thread" if args.cpu_time else "wall time"
+    print(f"steps timed in {timing}; load average at start / end: {load_start} / "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}\n")  # fmt: skip
     print(f"| {'measure':<72} | {'value':>9} |\n|{'-' * 74}|{'-' * 10}:|")
     for name, value in rows:
         print(f"| {name:<72} | {value:>9.{3 if value < 100 else 0}f} |")

@@ -160,3 +160,23 @@ def test_mask_building_does_not_break_a_compiled_graph():
     )
     assert explained.graph_break_count == 0, explained.break_reasons
     assert masks.is_stream(torch.zeros(1, 3, dtype=torch.int32))  # eager CPU check unchanged
+
+
+@pytest.mark.parametrize("attention", ["matmul", "sdpa"])
+@pytest.mark.parametrize("packed", [True, False])
+def test_one_mask_per_forward_shared_by_every_layer(monkeypatch, attention, packed):
+    """The mask (and, for stream rows on the matmul path, its [T, T] causal bias) is built once
+    per forward and the same object reaches every layer."""
+    from helpers.models import pack_row, random_docs, tiny_model
+
+    model = tiny_model(dtype=torch.float32, attention=attention, n_layer=3)
+    batch = pack_row(random_docs([5, 4] if packed else [9], seed=0), T=12)
+    seen, biases = [], []
+    attend, causal_bias = masks.attend, masks.causal_bias
+    monkeypatch.setattr(masks, "attend", lambda q, k, v, m: seen.append(m) or attend(q, k, v, m))
+    monkeypatch.setattr(masks, "causal_bias", lambda *a: biases.append(1) or causal_bias(*a))
+    segments = batch["segment_ids"] if packed else None
+    model(batch["input_ids"], segments, batch["position_ids"])
+    assert len(seen) == 3 and all(m is seen[0] for m in seen)
+    assert seen[0].is_causal == (not packed and attention == "sdpa")
+    assert len(biases) == (1 if attention == "matmul" and not packed else 0)

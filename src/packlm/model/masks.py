@@ -89,7 +89,7 @@ class AttentionMask:
     """What every layer needs to attend; exactly one kind of mask is set."""
 
     is_causal: bool = False
-    dense: Tensor | None = None  # [B, 1, T, T] additive, for SDPA
+    dense: Tensor | None = None  # [B, 1, T, T] additive, for SDPA; matmul: or causal [T, T]
     block: BlockMask | None = None  # for FlexAttention
     matmul: bool = False  # attend with batched matmuls (matmul_attention), not SDPA
 
@@ -112,11 +112,18 @@ def resolve_backend(attention: str, device: torch.device, T: int | None = None) 
     return attention
 
 
-def build_mask(segment_ids: Tensor | None, backend: str, dtype: torch.dtype) -> AttentionMask:
-    """The mask of one batch, built once and reused by every layer."""
+def build_mask(
+    segment_ids: Tensor | None, backend: str, dtype: torch.dtype, T: int | None = None, device=None
+) -> AttentionMask:
+    """The mask of one batch, built once and reused by every layer. T and device: the rows'
+    (needed without segment_ids on the matmul backend)."""
     matmul = backend == "matmul"
     if is_stream(segment_ids):
-        return AttentionMask(is_causal=True, matmul=matmul)
+        if matmul:  # the causal rule as an additive [T, T], broadcast over rows and heads
+            if segment_ids is not None:
+                T, device = segment_ids.shape[-1], segment_ids.device
+            return AttentionMask(dense=causal_bias(T, dtype, device), matmul=True)
+        return AttentionMask(is_causal=True)
     if backend == "flex":
         return AttentionMask(block=flex_block_mask(segment_ids))
     return AttentionMask(dense=additive_mask(segment_ids, dtype), matmul=matmul)
@@ -159,6 +166,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=dense, is_causal=mask.is_causal)
 
 
+def causal_bias(T: int, dtype: torch.dtype, device) -> Tensor:
+    """[T, T] additive causal mask: 0 on and below the diagonal, -inf above."""
+    return torch.full((T, T), float("-inf"), dtype=dtype, device=device).triu(1)
+
+
 def matmul_attention(q: Tensor, k: Tensor, v: Tensor, dense: Tensor | None) -> Tensor:
     """softmax(q k^T / sqrt(D) + mask) v as two batched matmuls; dense None: causal. What
     SDPA computes, but the [B, H, T, T] probabilities are held for the backward (4 bytes each
@@ -166,7 +178,7 @@ def matmul_attention(q: Tensor, k: Tensor, v: Tensor, dense: Tensor | None) -> T
     which is why auto takes it for short rows only."""
     T, D = q.shape[-2:]
     if dense is None:  # [T, T], broadcast over rows and heads
-        dense = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
+        dense = causal_bias(T, q.dtype, q.device)
     scores = torch.add(dense, q @ k.transpose(-1, -2), alpha=D**-0.5)  # [B, H, T, T]
     if scores.dtype in (torch.float16, torch.bfloat16):  # softmax in float32, like SDPA's
         probs = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype)

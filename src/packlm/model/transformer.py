@@ -157,7 +157,7 @@ class Transformer(nn.Module):
         x = self.drop(self.wte(input_ids))  # [B, T, C]
         dtype = masks.attention_dtype(x)  # mask and rotary tables are built in it
         backend = masks.resolve_backend(self.config.attention, x.device, T)
-        mask = masks.build_mask(segment_ids, backend, dtype)  # once for all layers
+        mask = masks.build_mask(segment_ids, backend, dtype, T, x.device)  # once for all layers
         cos, sin = self.rotary(position_ids, dtype)  # [B, 1, T, D] each
         for block in self.blocks:
             x = block(x, cos, sin, mask)  # [B, T, C]
