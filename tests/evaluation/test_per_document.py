@@ -24,7 +24,8 @@ from packlm.tokenizer import Tokenizer, train_bpe_from_iterator
 
 SPECIALS = ["<|endoftext|>", "<|pad|>"]
 WINDOW = 16
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "far", "in", "green", "parks", "and", "birds", "sang", "at", "dawn"]
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "far", "in", "green",
+         "parks", "and", "birds", "sang", "at", "dawn"]  # fmt: skip
 
 
 def sentence(rng: random.Random, words: int) -> str:
