@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -59,6 +59,63 @@ def table_path(per_document: bool, path: str | None) -> Path | None:
     return path
 
 
+class Scoring(NamedTuple):
+    """What a pass needs: the data that is scored, its store and module, the model."""
+
+    scored: Any  # packlm.evaluation.scored_data.ScoredData
+    data: Any  # its DataConfig, validated against the model
+    dm: Any  # a PackedDataModule whose "val" store is the scored documents
+    model: Any  # the checkpoint's Transformer, on the device, in eval mode
+    byte_lengths: Any  # int [V] UTF-8 bytes of each token id, on the device
+    stride: int | None  # per_document_stride (None: the validation windows)
+
+    @property
+    def store(self):
+        return self.dm.store("val")
+
+    def loader(self):
+        """The validation windows, or (stride) every document on its own context."""
+        if self.stride is None:
+            return self.dm.val_dataloader()
+        return document_batches(self.store, self.data, self.stride)
+
+
+def open_scoring(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: str | Path,
+                 device: str = "cpu", per_document: bool = False,
+                 per_document_stride: int | None = None) -> Scoring:  # fmt: skip
+    """Read the checkpoint, prepare (or reuse) the store of what is scored, build the model;
+    per_document_stride is checked before the store is prepared."""
+    import torch  # not for `--help`
+
+    from packlm.checkpoint.load import load_checkpoint, tokenizer_config_of
+    from packlm.data.datamodule import PackedDataModule
+    from packlm.data.store.prepared import prepare_stores
+    from packlm.model.transformer import Transformer
+
+    ckpt = load_checkpoint(ckpt_path)
+    scored = scored_data(ckpt.data, data_overrides)
+    data = scored.data.validate(ckpt.model.context_length)
+    stride = document_stride(per_document_stride, data.window) if per_document else None
+    tokenizer_cfg = tokenizer_config_of(ckpt.tokenizer, cache_dir)
+    try:
+        prepared = prepare_stores(data, tokenizer_cfg, cache_dir, progress=False)
+    except ValueError as e:  # ConfigError, SourceError: name the key the user typed
+        raise missing_sources(e, scored) from None
+    if not scored.own_split:  # the given files are the "train" store (val_fraction 0)
+        prepared = replace(
+            prepared, val_dir=prepared.train_dir, val_manifest=prepared.train_manifest
+        )
+    dm = PackedDataModule(tokenizer_cfg, cache_dir, ckpt.model.context_length, data=data,
+                          prepared=prepared, progress=False)  # fmt: skip
+    if dm.store("val").n_docs == 0:
+        raise ConfigError(f"data.val_sources: {scored.says}: no documents to score")
+    model = Transformer(ckpt.model)
+    model.load_state_dict(ckpt.weights)
+    model.to(device).eval()
+    byte_lengths = torch.as_tensor(ckpt.tokenizer.token_byte_lengths(), device=device)  # [V]
+    return Scoring(scored, data, dm, model, byte_lengths, stride)
+
+
 def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: str | Path,
              device: str = "cpu", progress: bool = False,
              per_document_path: str | Path | None = None, per_document_stride: int | None = None,
@@ -69,42 +126,18 @@ def evaluate(ckpt_path: str | Path, data_overrides: dict[str, Any], cache_dir: s
     windows. `say(line)` hears which data and which of the two meanings, before the pass."""
     import torch  # not for `--help`
 
-    from packlm.checkpoint.load import load_checkpoint, tokenizer_config_of
-    from packlm.data.datamodule import PackedDataModule
-    from packlm.data.store.prepared import prepare_stores
     from packlm.model.source_loss import GroupTotals
-    from packlm.model.transformer import Transformer
 
     say = say or (lambda line: None)
     with torch.no_grad():
-        ckpt = load_checkpoint(ckpt_path)
-        scored = scored_data(ckpt.data, data_overrides)
-        data = scored.data.validate(ckpt.model.context_length)
-        stride = document_stride(per_document_stride, data.window) if per_document_path else None
-        tokenizer_cfg = tokenizer_config_of(ckpt.tokenizer, cache_dir)
-        try:
-            prepared = prepare_stores(data, tokenizer_cfg, cache_dir, progress=False)
-        except ValueError as e:  # ConfigError, SourceError: name the key the user typed
-            raise missing_sources(e, scored) from None
-        if not scored.own_split:  # the given files are the "train" store (val_fraction 0)
-            prepared = replace(
-                prepared, val_dir=prepared.train_dir, val_manifest=prepared.train_manifest
-            )
-        dm = PackedDataModule(tokenizer_cfg, cache_dir, ckpt.model.context_length, data=data,
-                              prepared=prepared, progress=False)  # fmt: skip
-        store = dm.store("val")
-        if store.n_docs == 0:
-            raise ConfigError(f"data.val_sources: {scored.says}: no documents to score")
-        model = Transformer(ckpt.model)
-        model.load_state_dict(ckpt.weights)
-        model.to(device).eval()
+        run = open_scoring(ckpt_path, data_overrides, cache_dir, device,
+                           per_document_path is not None, per_document_stride)  # fmt: skip
+        scored, data, store, stride = run.scored, run.data, run.store, run.stride
         say(scored.says)
         say(meaning(data, stride))
-        loader = dm.val_dataloader() if stride is None else document_batches(store, data, stride)
-        byte_lengths = torch.as_tensor(ckpt.tokenizer.token_byte_lengths(), device=device)  # [V]
         by_document = GroupTotals(store.n_docs) if per_document_path else None
         nats, supervised, n_bytes, rows = score(
-            model, loader, byte_lengths, by_document, device, progress
+            run.model, run.loader(), run.byte_lengths, by_document, device, progress
         )
         if supervised == 0:
             raise ValueError(f"{scored.says}: no token to score")
