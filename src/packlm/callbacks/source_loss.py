@@ -17,9 +17,9 @@ the loss already computed (`LitCausalLM.last_target_ce`; `packlm.model.source_lo
   It ranks what validation scored: each document's targets in the validation windows, the
   per-target CE of val/loss (a document cut by a window edge without its earlier part as
   context), and its caption says so. Whole documents (`evaluate per_document=true`) would
-  need a second forward pass over the split, about 2x a validation's cost (docs/trace.md),
-  so the table keeps the windows. Each validation adds one [3, documents] all-reduce;
-  nothing without a TensorBoard logger.
+  need a second forward pass over the split, 2.2x to 3.0x a validation's cost (measured in
+  docs/trace.md), so the table keeps the windows. Each validation adds one [3, documents]
+  all-reduce; nothing without a TensorBoard logger.
 """
 
 from __future__ import annotations
