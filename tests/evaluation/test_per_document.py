@@ -63,8 +63,10 @@ def run(tmp_path_factory):
     return root, tok, module.eval(), checkpoint
 
 
-def ids_of(tok, text: str) -> list[int]:
-    return tok.encode(text) + [tok.special_token_ids["<|endoftext|>"]]
+def ids_of(tok, text: str, bos: bool = False) -> list[int]:
+    """A document as the plan reads it: its tokens and EOS, after the BOS (EOS) with bos."""
+    eos = tok.special_token_ids["<|endoftext|>"]
+    return [eos] * bos + tok.encode(text) + [eos]
 
 
 def alone(module, ids: list[int]) -> torch.Tensor:
@@ -94,11 +96,18 @@ def rows_of(result) -> dict[str, dict[str, str]]:
         return {r["path"].rsplit("/", 1)[-1]: r for r in csv.DictReader(f)}
 
 
-def test_short_documents_equal_each_document_alone_under_the_default_packing(run, tmp_path):
+@pytest.mark.parametrize(("packing", "bos"), [("document", False), ("stream", False),
+                                              ("document", True)])  # fmt: skip
+def test_short_documents_equal_each_document_alone_under_the_default_packing(
+    run, tmp_path, packing, bos
+):
+    """The default packing (and stream's, and with data.bos): one stream of documents cut
+    into validation windows, so documents straddle window edges."""
     root, tok, module, checkpoint = run
-    ckpt = checkpoint("document.ckpt", {"window": WINDOW, "packing": "document"})
+    data = {"window": WINDOW, "packing": packing, "bos": bos}
+    ckpt = checkpoint(f"{packing}-{bos}.ckpt", data)
     keys = {"val_sources": [f"{root}/short/*.txt"]}
-    lengths = {p.name: len(ids_of(tok, p.read_text())) for p in (root / "short").iterdir()}
+    lengths = {p.name: len(ids_of(tok, p.read_text(), bos)) for p in (root / "short").iterdir()}
     assert max(lengths.values()) <= WINDOW + 1 and sum(lengths.values()) > 4 * WINDOW
     said: list[str] = []
     result = evaluate(ckpt, keys, tmp_path, per_document_path=tmp_path / "d.csv", say=said.append)
@@ -108,11 +117,12 @@ def test_short_documents_equal_each_document_alone_under_the_default_packing(run
     rows = rows_of(result)
     nats = 0.0
     for name, row in rows.items():
-        ce = alone(module, ids_of(tok, (root / "short" / name).read_text()))
+        ce = alone(module, ids_of(tok, (root / "short" / name).read_text(), bos))
         assert int(row["supervised"]) == len(ce) == lengths[name] - 1
         assert float(row["loss"]) == pytest.approx(ce.mean().item(), abs=1e-5, rel=1e-5)
         nats += ce.sum().item()
-    assert result["supervised_tokens"] == windows["supervised_tokens"]
+    across = len(rows) - 1 if packing == "stream" else 0  # a document's first token from EOS
+    assert result["supervised_tokens"] + across == windows["supervised_tokens"]
     assert result["loss"] == pytest.approx(nats / result["supervised_tokens"], rel=1e-5)
     # in the run's packing (one stream, validation windows T apart) documents straddle a
     # window edge: their later targets were scored without the document's start
