@@ -100,7 +100,7 @@ def read_csv(path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("window", [32, 8])  # 8: the documents span several windows
+@pytest.mark.parametrize("window", [32, 8])  # 8: the longest document fills a row (T+1)
 def test_per_document_losses_are_the_direct_forwards_and_add_up_to_the_total(
     held_out, tmp_path, window
 ):
