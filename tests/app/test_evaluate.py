@@ -68,15 +68,17 @@ def test_command_prints_json(held_out, tmp_path):
     ckpt, texts, _, _ = held_out
     out = subprocess.run(
         [sys.executable, "-m", "packlm.evaluate", f"ckpt_path={ckpt}",
-         f"data.val_sources=[{texts}/0.txt]", "data.window=8", f"cache_dir={tmp_path}",
+         f"data.val_sources=[{texts}/0.txt]", "data.window=4", f"cache_dir={tmp_path}",
          "per_document=true"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert (result["documents"], result["window"], result["packing"]) == (1, 8, "none")
+    assert (result["documents"], result["window"], result["packing"]) == (1, 4, "none")
     assert result["supervised_tokens"] == result["tokens"] - 1 and result["windows"] >= 2
     assert "scoring" in out.stderr  # the progress bar
+    assert f"scoring data.val_sources=['{texts}/0.txt'] (given)" in out.stderr
+    assert "loss: the per-document score, not the run's validation-window loss" in out.stderr
     assert result["per_document"]["csv"] == "per_document.csv"  # in the working directory
     assert "per-document losses (hardest first): per_document.csv" in out.stderr
     assert len(read_csv(tmp_path / "per_document.csv")) == 1
@@ -98,7 +100,7 @@ def read_csv(path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("window", [32, 8])  # 8: the documents span several windows
+@pytest.mark.parametrize("window", [32, 8])  # 8: the longest document fills a row (T+1)
 def test_per_document_losses_are_the_direct_forwards_and_add_up_to_the_total(
     held_out, tmp_path, window
 ):

@@ -132,7 +132,14 @@ def test_validation_source_losses_and_the_hardest_documents(prepared, tmp_path):
     assert {TRAIN + n for n in NAMES} | {VAL + n for n in NAMES} <= scalars
     (event,) = events.Tensors(HARDEST + "/text_summary")
     text = event.tensor_proto.string_val[0].decode()
-    lines = text.splitlines()[2:]
+    caption, table = text.split("\n\n", 1)  # what it ranks, then the table
+    window = dm.data.window
+    assert caption.startswith(
+        f"Ranked by each document's targets in the validation windows (window {window}, "
+        f"stride {window}, packing {dm.data.packing}), as val/loss scores them"
+    )
+    assert "per_document=true" in caption
+    lines = table.splitlines()[2:]
     assert len(lines) == 10
     losses = [float(line.split("|")[2]) for line in lines]
     assert losses == sorted(losses, reverse=True)

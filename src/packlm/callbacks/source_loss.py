@@ -14,7 +14,12 @@ the loss already computed (`LitCausalLM.last_target_ce`; `packlm.model.source_lo
   fit or `trainer.validate` (not the sanity check), at the global step: the ten validation
   documents with the highest loss, a table of `packlm.evaluation.document_losses` (loss, bpb, targets,
   source, store index and id as `python -m packlm.trace` prints them, the text's start).
-  Each validation adds one [3, documents] all-reduce; nothing without a TensorBoard logger.
+  It ranks what validation scored: each document's targets in the validation windows, the
+  per-target CE of val/loss (a document cut by a window edge without its earlier part as
+  context), and its caption says so. Whole documents (`evaluate per_document=true`) would
+  need a second forward pass over the split, 2.2x to 3.0x a validation's cost (measured in
+  docs/trace.md), so the table keeps the windows. Each validation adds one [3, documents]
+  all-reduce; nothing without a TensorBoard logger.
 """
 
 from __future__ import annotations
@@ -118,11 +123,19 @@ class SourceLosses(L.Callback):
         self._val = self._docs = None
 
     def _show_hardest(self, trainer, nats, targets, n_bytes) -> None:
-        from packlm.evaluation.document_losses import document_table, hardest_markdown
+        from packlm.evaluation.document_losses import (
+            document_table,
+            hardest_markdown,
+            windows_caption,
+        )
 
         store = self.val_store
         table = document_table(store, nats, targets, n_bytes, self.bos, limit=self.hardest)
-        text = hardest_markdown(table, self.hardest, self._excerpt if self.tokenizer else None)
+        data = getattr(getattr(trainer, "datamodule", None), "data", None)
+        caption = windows_caption(getattr(data, "window", None), getattr(data, "packing", None))
+        text = hardest_markdown(
+            table, self.hardest, self._excerpt if self.tokenizer else None, caption
+        )
         tensorboard_logger(trainer).experiment.add_text(HARDEST, text, trainer.global_step)
 
     def _excerpt(self, document: int) -> str:

@@ -76,14 +76,15 @@ GENERATE_KEYS = {
 }
 EVALUATE_KEYS = {
     "ckpt_path": "The checkpoint to score (required); its tokenizer encodes the documents.",
-    "data.val_sources": "The documents scored (required): files, globs, .jsonl, as data.sources.",
+    "data.val_sources": "Files, globs, .jsonl to score (null: the run's validation split).",
     "data.window": "Window length (null: the checkpoint's, as for the keys below).",
     "data.packing": "Packing strategy (null: the checkpoint's).",
     "data.text_field": "The .jsonl field holding the text (null: the checkpoint's).",
     "data.separator": "Text between documents (null: the checkpoint's).",
     "data.encoding_errors": "Invalid UTF-8: replace or error (null: the checkpoint's).",
     "data.batch_size": "Windows per forward pass.",
-    "per_document": "Also write every document's loss, hardest first (CSV; Parquet w/ pyarrow).",
+    "per_document": "Each document on its own context; every document's loss (CSV, Parquet).",
+    "per_document_stride": "Targets between a long document's rolling windows (null: window/2).",
     "per_document_path": "The per-document CSV (null: ./per_document.csv), Parquet beside it. "
     "Setting it turns per_document on.",
     "cache_dir": "Where the scored documents' token store is cached.",
@@ -134,9 +135,10 @@ def command(name: str, config: type | None = None) -> Command:
         )
     if name == "evaluate":
         return Command(
-            "python -m packlm.evaluate ckpt_path=<file.ckpt> data.val_sources=[<files>] "
+            "python -m packlm.evaluate ckpt_path=<file.ckpt> [data.val_sources=[<files>]] "
             "[key=value ...]",
-            "Score every token of some documents once: loss, ppl, bits per byte (JSON).",
+            "Score every token of some documents (default: the run's validation split) once: "
+            "loss, ppl, bits per byte (JSON).",
             list(EVALUATE_KEYS.items()),
         )
     if name == "export":

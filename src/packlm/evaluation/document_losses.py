@@ -108,11 +108,30 @@ def write_tables(table: dict[str, np.ndarray], csv_path: str | Path) -> dict[str
     return out
 
 
-def hardest_markdown(table: dict[str, np.ndarray], n: int = 10, text_of=None) -> str:
-    """The first `n` rows as a Markdown table (TensorBoard's Text tab); `text_of(document)`
-    gives an excerpt of a document's text, shown as code."""
+WINDOWS_CAPTION = (
+    "Ranked by each document's targets in the validation windows{shape}, as val/loss scores "
+    "them: a document cut by a window edge is scored without its earlier part, so its rank "
+    "depends on where the packing put it. `python -m packlm.evaluate ckpt_path=... "
+    "per_document=true` scores every document on its own context."
+)
+"""What training's hardest-documents table ranks (`windows_caption`)."""
+
+
+def windows_caption(window: int | None = None, packing: str | None = None) -> str:
+    """The line above training's table: it ranks validation windows, not whole documents."""
+    shape = f" (window {window}, stride {window}, packing {packing})" if window else ""
+    return WINDOWS_CAPTION.format(shape=shape)
+
+
+def hardest_markdown(
+    table: dict[str, np.ndarray], n: int = 10, text_of=None, caption: str | None = None
+) -> str:
+    """The first `n` rows as a Markdown table (TensorBoard's Text tab), after `caption` (a
+    paragraph saying what is ranked) if given; `text_of(document)` gives an excerpt of a
+    document's text, shown as code."""
     head = "| rank | loss (nats) | bpb | targets | source | document | doc_id |"
-    lines = [head + (" text |" if text_of else ""), "|" + " --- |" * (7 + bool(text_of))]
+    lines = [caption, ""] if caption else []
+    lines += [head + (" text |" if text_of else ""), "|" + " --- |" * (7 + bool(text_of))]
     for i in range(min(n, len(table["rank"]))):
         if _missing(table["loss"][i]):
             break
