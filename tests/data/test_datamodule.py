@@ -141,6 +141,39 @@ def test_resume_from_a_checkpoint_gives_the_batches_of_an_uninterrupted_run(
     assert all(torch.equal(a, b) for a, b in zip(rest, full[step:], strict=True))
 
 
+class BatchIndices(L.Callback):
+    """What Lightning reports: (epoch, batch_idx, global_step) per batch, epochs started."""
+
+    def __init__(self):
+        self.batches, self.epochs = [], []
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.epochs.append(trainer.current_epoch)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.batches.append((trainer.current_epoch, batch_idx, trainer.global_step))
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`")
+@pytest.mark.parametrize(("before", "after"), [(8, 4), (4, 8), (4, 4)])
+def test_an_epoch_end_resume_starts_the_next_epoch_at_batch_0(prepared, tmp_path, before, after):
+    """Resumed from the last batch of epoch 0 with another batch size (an elastic resume: the
+    next epoch is longer or shorter than the restored count) or the same: Lightning reports
+    epoch 1 from batch_idx 0, calls its on_train_epoch_start (the progress bar's reset), and
+    the global step goes on; the epochs after it are the uninterrupted run's."""
+    first_epoch = len(module(prepared, batch_size=before).train_dataloader())
+    path = tmp_path / "end.ckpt"
+    fit(prepared, callbacks=[SaveAt(first_epoch, path)], epochs=1, batch_size=before)
+    ref, got = BatchIndices(), BatchIndices()
+    full, _ = fit(prepared, callbacks=[ref], batch_size=after)
+    rest, _ = fit(prepared, ckpt_path=path, callbacks=[got], batch_size=after)
+    assert got.epochs == [1, 2] and ref.epochs == [0, 1, 2]
+    later = [(e, i) for e, i, _ in ref.batches if e > 0]
+    assert [(e, i) for e, i, _ in got.batches] == later
+    assert [s for _, _, s in got.batches] == list(range(first_epoch, first_epoch + len(later)))
+    assert all(torch.equal(a, b) for a, b in zip(rest, full[-len(later) :], strict=True))
+
+
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`")
 def test_each_epoch_logs_its_plan_statistics(prepared):
     logger = Capture()
