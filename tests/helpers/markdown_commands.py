@@ -1,21 +1,22 @@
 """The shell commands of README.md and docs/*.md, as the tests that run them read them.
 
-A command is one line of a ```bash block (a trailing `\\` joins the next line), its `# ...`
-comment cut off. A line whose comment contains ILLUSTRATION is not runnable as written
-(it needs several machines, a cluster, a GPU, or a placeholder path): the tests skip it by
-that mark alone, and the mark is visible to the reader too.
+A command is one line of a ```bash block, or of an unlabelled block whose every line starts
+with a command (docs/trace.md's), a trailing `\\` joining the next line, its `# ...` comment
+cut off. A line whose comment starts with ILLUSTRATION is not runnable as written here (it
+needs several machines, a cluster, or changes the environment): the test that runs the
+blocks skips it by that mark alone, and the reader sees the mark too.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ILLUSTRATION = "(illustration)"
-BLOCK = re.compile(r"^```bash\n(.*?)^```", flags=re.S | re.M)
+ILLUSTRATION = "[illustration]"
+SHELLS = ("bash", "sh", "shell")
+COMMAND_WORDS = ("python", "pip", "pytest", "torchrun", "srun", "sbatch", "tensorboard")
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Command:
 
     @property
     def illustration(self) -> bool:
-        return ILLUSTRATION in self.comment
+        return self.comment.lstrip("# ").startswith(ILLUSTRATION)
 
     @property
     def argv(self) -> list[str]:
@@ -44,14 +45,30 @@ def markdown_files() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
+def blocks(text: str) -> list[tuple[int, str, list[str]]]:
+    """(first line number, language, lines) of every fenced block, fences paired in order."""
+    found, open_at, language, body = [], None, "", []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            if open_at is None:
+                open_at, language, body = number + 1, line[3:].strip(), []
+            else:
+                found.append((open_at, language, body))
+                open_at = None
+        elif open_at is not None:
+            body.append(line)
+    return found
+
+
 def commands(path: Path) -> list[Command]:
-    """Every command line of every bash block of `path`, in order."""
-    text = path.read_text(encoding="utf-8")
+    """Every command line of every shell block of `path`, in order."""
     found = []
-    for index, block in enumerate(BLOCK.finditer(text)):
-        first = text.count("\n", 0, block.start(1)) + 1
+    for index, (first, language, lines) in enumerate(blocks(path.read_text(encoding="utf-8"))):
+        words = [line.split(" ", 1)[0] for line in lines if line.strip()]
+        if language not in SHELLS and (language or not all(w in COMMAND_WORDS for w in words)):
+            continue  # another language, or an unlabelled block of output or a diagram
         pending, start = "", first
-        for offset, raw in enumerate(block.group(1).splitlines()):
+        for offset, raw in enumerate(lines):
             if not pending:
                 start = first + offset
             code, comment = split_comment(raw)
@@ -85,14 +102,14 @@ def all_commands() -> list[Command]:
 
 def packlm_overrides(command: Command) -> tuple[str, list[str]] | None:
     """('train' or the packlm tool, its arguments) for `python train.py ...` and
-    `python -m packlm.<tool> ...`; None for any other command."""
+    `python -m packlm.<tool> ...`, also behind a launcher (`srun python train.py`, `torchrun
+    ... train.py`); None for any other command."""
     argv = command.argv
-    while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", argv[0]):  # VAR=value python ...
-        argv = argv[1:]
-    if len(argv) >= 2 and argv[0] == "python" and argv[1] == "train.py":
-        return "train", argv[2:]
-    if len(argv) >= 3 and argv[:2] == ["python", "-m"] and argv[2].startswith("packlm."):
-        return argv[2].removeprefix("packlm."), argv[3:]
+    if "train.py" in argv:
+        return "train", argv[argv.index("train.py") + 1 :]
+    for i in range(len(argv) - 1):
+        if argv[i] == "-m" and argv[i + 1].startswith("packlm.") and argv[i - 1] == "python":
+            return argv[i + 1].removeprefix("packlm."), argv[i + 2 :]
     return None
 
 
