@@ -101,8 +101,18 @@ def test_ranks_come_from_the_trainer(prepared):
     assert (sampler.rank, sampler.world_size, sampler.epoch) == (1, 2, 3)
 
 
-def fit(prepared, ckpt_path=None, callbacks=(), reload=1, logger=False, epochs=3, **keys):
-    dm, model = module(prepared, **keys), Recorder()
+class EarlyReader(Recorder):
+    """Reads the epoch's length before the checkpoint is restored (as a schedule does)."""
+
+    def configure_optimizers(self):
+        assert self.trainer.estimated_stepping_batches > 0
+        return super().configure_optimizers()
+
+
+def fit(
+    prepared, ckpt_path=None, callbacks=(), reload=1, logger=False, epochs=3, early=False, **keys
+):
+    dm, model = module(prepared, **keys), (EarlyReader() if early else Recorder())
     trainer = L.Trainer(
         max_epochs=epochs,
         accelerator="cpu",
@@ -155,18 +165,24 @@ class BatchIndices(L.Callback):
 
 
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`")
-@pytest.mark.parametrize(("before", "after"), [(8, 4), (4, 8), (4, 4)])
-def test_an_epoch_end_resume_starts_the_next_epoch_at_batch_0(prepared, tmp_path, before, after):
+@pytest.mark.parametrize(
+    ("before", "after", "early"), [(8, 4, False), (4, 8, False), (4, 4, False), (8, 4, True)]
+)
+def test_an_epoch_end_resume_starts_the_next_epoch_at_batch_0(
+    prepared, tmp_path, before, after, early
+):
     """Resumed from the last batch of epoch 0 with another batch size (an elastic resume: the
     next epoch is longer or shorter than the restored count) or the same: Lightning reports
     epoch 1 from batch_idx 0, calls its on_train_epoch_start (the progress bar's reset), and
-    the global step goes on; the epochs after it are the uninterrupted run's."""
+    the global step goes on; the epochs after it are the uninterrupted run's. `early`: the
+    module reads the loader's length before the restore (Lightning's loops then move on in
+    another order)."""
     first_epoch = len(module(prepared, batch_size=before).train_dataloader())
     path = tmp_path / "end.ckpt"
     fit(prepared, callbacks=[SaveAt(first_epoch, path)], epochs=1, batch_size=before)
     ref, got = BatchIndices(), BatchIndices()
     full, _ = fit(prepared, callbacks=[ref], batch_size=after)
-    rest, _ = fit(prepared, ckpt_path=path, callbacks=[got], batch_size=after)
+    rest, _ = fit(prepared, ckpt_path=path, callbacks=[got], batch_size=after, early=early)
     assert got.epochs == [1, 2] and ref.epochs == [0, 1, 2]
     later = [(e, i) for e, i, _ in ref.batches if e > 0]
     assert [(e, i) for e, i, _ in got.batches] == later

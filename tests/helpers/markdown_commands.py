@@ -105,9 +105,18 @@ def packlm_overrides(command: Command) -> tuple[str, list[str]] | None:
     `python -m packlm.<tool> ...`, also behind a launcher (`srun python train.py`, `torchrun
     ... train.py`); None for any other command."""
     argv = command.argv
+    while "&&" in argv:  # `pip install ... && python train.py`: the packlm part
+        cut = argv.index("&&")
+        if packlm_argv(argv[:cut]):
+            return packlm_argv(argv[:cut])
+        argv = argv[cut + 1 :]
+    return packlm_argv(argv)
+
+
+def packlm_argv(argv: list[str]) -> tuple[str, list[str]] | None:
     if "train.py" in argv:
         return "train", argv[argv.index("train.py") + 1 :]
-    for i in range(len(argv) - 1):
+    for i in range(1, len(argv) - 1):
         if argv[i] == "-m" and argv[i + 1].startswith("packlm.") and argv[i - 1] == "python":
             return argv[i + 1].removeprefix("packlm."), argv[i + 2 :]
     return None

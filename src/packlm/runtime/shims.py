@@ -43,18 +43,25 @@ def start_the_epoch_after_a_last_batch_checkpoint(trainer) -> bool:
     whose length varies by epoch then counted on from e's count (7, 8, ...). No upstream
     issue covers it yet (the nearest: Lightning-AI/pytorch-lightning#21492, reloading on
     resume). Called before the loader of the resumed run is built, it marks epoch e finished
-    and the batch count of the next one empty; the epoch loop's own restart step then records
-    the last batch's completion (and its logging step) as it does for any checkpoint written
-    at on_train_batch_end. tests/test_shims.py and tests/data/test_datamodule.py check it.
+    (before `FitLoop.reset`; after it, when something read the loader's length first, e.g.
+    `estimated_stepping_batches`, it clears the "mid-epoch" stage that reset set) and the
+    batch count of the next one empty; the epoch loop's own restart step then records the
+    last batch's completion (and its logging step) as it does for any checkpoint written at
+    on_train_batch_end. tests/test_shims.py, tests/data/test_datamodule.py and
+    tests/reliability/test_elastic_resume_ddp.py (epoch-end) check it.
     """
     fit = trainer.fit_loop
     epochs, batches = fit.epoch_progress, fit.epoch_loop.batch_progress
-    mid_epoch = epochs.total.processed == epochs.total.started - 1
     at_batch_end = batches.total.completed == batches.total.processed - 1
-    if not (fit.restarting and mid_epoch and at_batch_end and batches.is_last_batch):
+    if not (fit.restarting and at_batch_end and batches.is_last_batch):
         return False
-    for count in (epochs.total, epochs.current):
-        count.processed = count.completed = count.started  # epoch e is over
+    if epochs.total.processed == epochs.total.started - 1:  # FitLoop.reset has not run yet
+        for count in (epochs.total, epochs.current):
+            count.processed = count.completed = count.started  # epoch e is over
+    elif epochs.total.processed == epochs.total.started:  # it has (the loader was read early)
+        fit.reset_restart_stage()  # moved on to e + 1: not "mid-epoch", its hooks run
+    else:
+        return False
     batches.current.reset()
     batches.current.completed = -1  # the restart step adds the last batch of epoch e: 0
     batches.is_last_batch = False
