@@ -5,7 +5,7 @@ where the line leaves them at their defaults (BUDGET). A line marked `[illustrat
 skipped by that mark alone; a line that needs an uninstalled extra's plugin is skipped naming
 it. A placeholder for an earlier run (`outputs/<date>/<time>`, `.../last.ckpt`,
 `multirun/<date>/<time>`) is the newest such run of the block's folder, trained first (tiny,
-as `python train.py`) when the block has none yet.
+as `python train.py`, on 2 CPU ranks so `rank=1` exists) when the block has none yet.
 
 The composition of every line is tests/test_docs_commands.py (fast)."""
 
@@ -77,7 +77,8 @@ def resolve(arg: str, cwd: Path, env: dict[str, str]) -> str:
     if RUN.search(arg) or CHECKPOINT.search(arg):
         runs = [p.parent.parent for p in cwd.glob("outputs/*/*/checkpoints/last.ckpt")]
         if not runs:
-            run_line(["train.py", *BUDGET["train"]], cwd, env, "a run for the placeholders")
+            ddp = ["trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]
+            run_line(["train.py", *BUDGET["train"], *ddp], cwd, env, "a run for the placeholders")
             runs = [p.parent.parent for p in cwd.glob("outputs/*/*/checkpoints/last.ckpt")]
         run = str(newest(runs).relative_to(cwd))
         arg = CHECKPOINT.sub(f"{run}/checkpoints/last.ckpt", RUN.sub(run, arg))
@@ -92,7 +93,7 @@ def resolve(arg: str, cwd: Path, env: dict[str, str]) -> str:
 
 def run_line(argv: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
     done = subprocess.run(
-        [sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 0, f"{what}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
 
