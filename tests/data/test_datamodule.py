@@ -101,8 +101,18 @@ def test_ranks_come_from_the_trainer(prepared):
     assert (sampler.rank, sampler.world_size, sampler.epoch) == (1, 2, 3)
 
 
-def fit(prepared, ckpt_path=None, callbacks=(), reload=1, logger=False, epochs=3, **keys):
-    dm, model = module(prepared, **keys), Recorder()
+class EarlyReader(Recorder):
+    """Reads the epoch's length before the checkpoint is restored (as a schedule does)."""
+
+    def configure_optimizers(self):
+        assert self.trainer.estimated_stepping_batches > 0
+        return super().configure_optimizers()
+
+
+def fit(
+    prepared, ckpt_path=None, callbacks=(), reload=1, logger=False, epochs=3, early=False, **keys
+):
+    dm, model = module(prepared, **keys), (EarlyReader() if early else Recorder())
     trainer = L.Trainer(
         max_epochs=epochs,
         accelerator="cpu",
@@ -139,6 +149,45 @@ def test_resume_from_a_checkpoint_gives_the_batches_of_an_uninterrupted_run(
     rest, _ = fit(prepared, ckpt_path=path, **keys)
     assert len(rest) == len(full) - step
     assert all(torch.equal(a, b) for a, b in zip(rest, full[step:], strict=True))
+
+
+class BatchIndices(L.Callback):
+    """What Lightning reports: (epoch, batch_idx, global_step) per batch, epochs started."""
+
+    def __init__(self):
+        self.batches, self.epochs = [], []
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.epochs.append(trainer.current_epoch)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.batches.append((trainer.current_epoch, batch_idx, trainer.global_step))
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`")
+@pytest.mark.parametrize(
+    ("before", "after", "early"), [(8, 4, False), (4, 8, False), (4, 4, False), (8, 4, True)]
+)
+def test_an_epoch_end_resume_starts_the_next_epoch_at_batch_0(
+    prepared, tmp_path, before, after, early
+):
+    """Resumed from the last batch of epoch 0 with another batch size (an elastic resume: the
+    next epoch is longer or shorter than the restored count) or the same: Lightning reports
+    epoch 1 from batch_idx 0, calls its on_train_epoch_start (the progress bar's reset), and
+    the global step goes on; the epochs after it are the uninterrupted run's. `early`: the
+    module reads the loader's length before the restore (Lightning's loops then move on in
+    another order)."""
+    first_epoch = len(module(prepared, batch_size=before).train_dataloader())
+    path = tmp_path / "end.ckpt"
+    fit(prepared, callbacks=[SaveAt(first_epoch, path)], epochs=1, batch_size=before)
+    ref, got = BatchIndices(), BatchIndices()
+    full, _ = fit(prepared, callbacks=[ref], batch_size=after)
+    rest, _ = fit(prepared, ckpt_path=path, callbacks=[got], batch_size=after, early=early)
+    assert got.epochs == [1, 2] and ref.epochs == [0, 1, 2]
+    later = [(e, i) for e, i, _ in ref.batches if e > 0]
+    assert [(e, i) for e, i, _ in got.batches] == later
+    assert [s for _, _, s in got.batches] == list(range(first_epoch, first_epoch + len(later)))
+    assert all(torch.equal(a, b) for a, b in zip(rest, full[-len(later) :], strict=True))
 
 
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader` but have no `validation_step`")

@@ -21,8 +21,12 @@ def tiny_overrides(
     val_every: int = 3,
     checkpoint_every: int | None = None,
     lean: bool = False,
+    num_workers: int | None = 0,
 ) -> list[str]:
     """A run of a few seconds on the tiny corpus: tiny model, tiny windows.
+
+    `num_workers`: DataLoader workers (0: none to start, the fast default of the tests;
+    None: the user's default, for tests of how workers start).
 
     `lean` turns off what costs time without being under test (text samples, batch images,
     the final validation): the reliability tests kill and time runs.
@@ -33,7 +37,6 @@ def tiny_overrides(
         "data.window=32",
         "data.stride=16",
         "data.batch_size=4",
-        "data.num_workers=0",
         "tokenizer.vocab_size=300",
         "model.context_length=32",
         "model.n_layer=1",
@@ -53,6 +56,8 @@ def tiny_overrides(
             "train.log_batch_images=false",
             "train.validate_at_end=false",
         ]
+    if num_workers is not None:
+        overrides.append(f"data.num_workers={num_workers}")
     if checkpoint_every is not None:
         overrides.append(f"train.checkpoint_every_n_steps={checkpoint_every}")
     return [*overrides, *extra]

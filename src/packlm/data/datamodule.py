@@ -35,6 +35,7 @@ from packlm.data.plan_logging import check_epoch_length, log_plan_statistics
 from packlm.data.plans import EpochPlans
 from packlm.data.skip import StepSkips, document_counts
 from packlm.errors import ConfigError
+from packlm.runtime.shims import start_the_epoch_after_a_last_batch_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         self._position = curriculum.Position()  # training's, shared by the epochs' samplers
         self._logged_epochs: set[int] = set()
         self._train_sampler: PlanSampler | None = None
-        self._restored: curriculum.Position | None = None  # a checkpoint's, until the next epoch
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(super().__getstate__(), _train_sampler=None)
@@ -64,7 +64,6 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "position" in state:
             self._position.set(curriculum.Position(**state["position"]))
-            self._restored = curriculum.Position(**state["position"])
 
     def expected_supervised_tokens(self, batches: float) -> float:
         """Expected supervised targets (all ranks) after `batches` global batches, through the
@@ -126,6 +125,8 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         return mark_stream(batch)
 
     def train_dataloader(self) -> PlanDataLoader:
+        if isinstance(self.trainer, L.Trainer):  # before the epoch is read: it may move on
+            start_the_epoch_after_a_last_batch_checkpoint(self.trainer)
         rank, world = self._rank_world()
         sampler = PlanSampler(
             lambda e, p=None: self.plan(e, "train", p), self.data.batch_size, rank, world,
@@ -133,7 +134,6 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
             phases=self.phases if self.data.curriculum else None, position=self._position,
             skip_documents=self.skipped_documents(), skip_steps=self._step_skips(),
         )  # fmt: skip
-        self._restored = sampler.after_restore(self._restored)
         self._train_sampler = sampler
         return self._loader("train", sampler)
 

@@ -24,7 +24,7 @@ from packlm.data.epoch.sampler import BatchPieces, PlanSampler
 from packlm.data.store.token_store import TokenStore
 from packlm.data.store.union import open_store
 from packlm.errors import ConfigError
-from packlm.runtime.workers import leave_ctrl_c_to_the_parent
+from packlm.runtime.workers import leave_ctrl_c_to_the_parent, start_context
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,9 @@ class PlanDataLoader(DataLoader):
     The state counts the batches this loader handed out (not what workers prefetched), so a
     restored loader continues with exactly the batch that an uninterrupted run would give.
     Workers send numpy arrays (fast to pickle); they become tensors here, without a copy.
+    They start by packlm's own `start_context`, never the process-wide default start method:
+    a host process may own that one (joblib's loky workers set it to "loky", whose Popen only
+    starts loky's own Process class, so torch's workers failed with "no attribute 'env'").
     """
 
     def __init__(
@@ -155,6 +158,8 @@ class PlanDataLoader(DataLoader):
             )
         kwargs.setdefault("persistent_workers", num_workers > 0)
         kwargs.setdefault("worker_init_fn", leave_ctrl_c_to_the_parent)
+        if num_workers > 0:
+            kwargs.setdefault("multiprocessing_context", start_context())
         super().__init__(
             dataset,
             sampler=sampler,

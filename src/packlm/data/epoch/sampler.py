@@ -84,7 +84,6 @@ class PlanSampler(Sampler):
         self._segments: tuple[tuple[int, ...], list[Segment]] | None = None
         self._epoch_start = Position(**self.position.as_dict())  # where a new pass starts
         self._resumed = False  # a resume point applies to the next pass only
-        self.batches_before = 0  # batches Lightning counts before this epoch's first (see len)
         self._move_to(epoch)
 
     @property
@@ -130,19 +129,6 @@ class PlanSampler(Sampler):
             start = position if self.phases else Position(position.epoch)
             self._epoch_start, self._resumed = Position(**start.as_dict()), True
 
-    def after_restore(self, restored: Position | None) -> Position | None:
-        """Resumed from the last batch of an epoch, Lightning keeps that epoch's batch count
-        for the next one and stops it at len() (it restarts at 0 only if the count reaches
-        len): a longer next epoch gets that count added to its length. Called with the
-        checkpoint's position on each new loader; returns it while it may still apply."""
-        if restored is None or self.epoch < restored.epoch:
-            return None
-        if self.epoch == restored.epoch:  # the restored epoch itself: ended there?
-            return restored if len(self) == restored.batch else None
-        if len(self) > restored.batch:
-            self.batches_before = restored.batch
-        return None
-
     def begin_pass(self) -> None:
         """Where a pass over the loader starts: a resume point once, else the epoch's start
         (validation runs the same epoch many times)."""
@@ -160,13 +146,12 @@ class PlanSampler(Sampler):
         return self._segments[1]
 
     def __len__(self) -> int:
-        """Batches of the whole epoch on every rank (also when resuming mid-epoch), plus
-        `batches_before`: resumed from the last batch of an epoch, Lightning goes on counting
-        the next epoch's batches from that epoch's count when the next one is longer."""
+        """Batches of the whole epoch on every rank (also when resuming mid-epoch: Lightning
+        restores the finished ones as its batch count)."""
         p, left = self.position, sum(s.batches for s in self.segments())
         first = p.batch + p.dropped  # the plan global batch of the epoch the position is at
         left -= self.skip_steps.count(p.steps, first, first + left) if self.skip_steps else 0
-        return self.batches_before + p.batch + left
+        return p.batch + left
 
     def __iter__(self) -> Iterator[BatchPieces]:
         self.pending.clear()
