@@ -33,6 +33,10 @@ def main(cfg: Any = None) -> Any:
         check_shown_config()
     from packlm.train.job import main as job_main
 
+    if cfg is None:
+        from packlm.runtime.interrupt import stop_if_interrupted
+
+        stop_if_interrupted()  # a Ctrl-C the imports swallowed still stops the run here
     return job_main() if cfg is None else job_main(cfg)
 
 
