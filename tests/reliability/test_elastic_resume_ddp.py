@@ -23,6 +23,8 @@ from packlm.callbacks.batch_hashes import ENV, read_batch_hashes
 pytestmark = pytest.mark.slow
 
 DDP = ["trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]
+# a resume keeps the run's own settings (train/resume_config.py): one process is asked for
+ONE = ["trainer.strategy=auto", "trainer.devices=1"]
 STOP, STEPS = 3, 10  # the tiny corpus's epoch has 224 samples: 7 batches of 32
 
 
@@ -91,7 +93,8 @@ def test_two_ranks_resumed_by_one_with_the_same_global_batch_train_like_one_run(
     ckpt = first / "checkpoints" / "last.ckpt"
     assert checkpoint_step(ckpt) == STOP
     done = run_train(
-        args(tiny_corpus, cache_dir, second, STEPS, "data.batch_size=32", f"ckpt_path={ckpt}"),
+        args(tiny_corpus, cache_dir, second, STEPS, "data.batch_size=32", *ONE,
+             f"ckpt_path={ckpt}"),
         tmp_path, **{ENV: str(hashes)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-5000:]
@@ -138,7 +141,7 @@ def test_two_ranks_resumed_by_one_of_half_the_global_batch_end_the_epoch_after_i
     (first, hashes), second = resumed(two_ranks, tmp_path), tmp_path / "second"
     ckpt = first / "checkpoints" / "last.ckpt"
     done = run_train(
-        args(tiny_corpus, cache_dir, second, 13, "data.batch_size=16", f"ckpt_path={ckpt}"),
+        args(tiny_corpus, cache_dir, second, 13, "data.batch_size=16", *ONE, f"ckpt_path={ckpt}"),
         tmp_path, **{ENV: str(hashes)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-5000:]
@@ -171,7 +174,7 @@ def reference_epochs(tiny_corpus, cache_dir, tmp_path_factory):
 
 def world(ranks: int, batch: int, workers: int) -> list[str]:
     ddp = ["trainer.strategy=ddp", f"trainer.devices={ranks}", "trainer.accelerator=cpu"]
-    return [f"data.batch_size={batch}", f"data.num_workers={workers}", *(ddp if ranks > 1 else [])]
+    return [f"data.batch_size={batch}", f"data.num_workers={workers}", *(ddp if ranks > 1 else ONE)]
 
 
 # (ranks, per-rank batch, workers) before -> after, and where the first run stops
