@@ -4,6 +4,7 @@ loads and resumes to the very weights the old code reached)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -65,7 +66,15 @@ def test_a_checkpoint_written_before_the_move_resumes_to_the_old_codes_weights()
     code, from the same checkpoint, must reach the same weights. Bit for bit on one machine
     (a5ad376 and this code agree exactly here), but float32 matmuls round differently on other
     CPUs and thread counts: the fixture, written elsewhere, is 6e-8 away on a two-core EPYC.
-    A format or resume change moves weights by far more (1e-3 or more after two AdamW steps)."""
+    A format or resume change moves weights by far more (1e-3 or more after two AdamW steps).
+    The place is fixed (the store's fingerprint holds absolute paths), so runs of this test in
+    parallel (worktrees, CI jobs on one machine) take turns under a lock file beside it."""
+    with open(V0_PLACE.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        _resume_the_fixture()
+
+
+def _resume_the_fixture() -> None:
     if V0_PLACE.exists():
         shutil.rmtree(V0_PLACE)
     try:
