@@ -48,6 +48,12 @@ class Source:
     """Entries of the walk that are not regular files (skipped, counted)."""
     span: tuple[float, float] | None = None
     """{path, span: [a, b]}: only bytes [a, b) of each file, as fractions of its size."""
+    cuts: list[tuple[int, int] | None] | None = None
+    """Per file, the piece a data.shard reads (units [a, b) of `sources.cuts`: bytes, row
+    groups or record batches), None: the whole file (or span)."""
+
+    def cut_of(self, k: int) -> tuple[int, int] | None:
+        return None if self.cuts is None else self.cuts[k]
 
     @property
     def total_bytes(self) -> int:
@@ -60,6 +66,7 @@ class Source:
             "weight": self.weight,
             **files_fingerprint(self.stats),
             **({"span": list(self.span)} if self.span is not None else {}),
+            **({"cuts": [c and list(c) for c in self.cuts]} if self.cuts is not None else {}),
         }
 
 
