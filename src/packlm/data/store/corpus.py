@@ -7,8 +7,8 @@ fingerprint: sources with sizes and mtimes, and every option that changes docume
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 

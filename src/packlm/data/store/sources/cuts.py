@@ -77,8 +77,8 @@ class FileCuts:
         with SpanReader(self.path, self.span, cut=(self.lo, a)) as f:
             blocks = read_blocks(f, self.path, self.normalize, ReadCounts())
             records, offset = -1, 0
-            for offset, _, _ in split_pieces(blocks, self.separator):
-                records += 1  # the last (empty) piece is the one the cut starts
+            for start, _, _ in split_pieces(blocks, self.separator):
+                records, offset = records + 1, start  # the last (empty) piece: the cut's
         return Piece(records, offset, b == self.hi)
 
 
@@ -135,7 +135,7 @@ def _next_separator(f, lo: int, hi: int, at: int, sep: bytes, normalize: bool) -
         text, raw_at = _normalized(f.read(e - s), normalize)  # raw_at: [len(text) + 1]
         margin = 0 if e == hi else 1  # a CR at the window's end may pair with the next LF
         q = text.find(sep, int(np.searchsorted(raw_at, start - s)))
-        while 0 <= q and q + n <= len(text) - margin:
+        while q >= 0 and q + n <= len(text) - margin:
             if text.find(sep, max(0, q - n + 1)) == q:  # no overlapping match before it
                 return s + int(raw_at[q + n])
             q = text.find(sep, q + 1)
