@@ -73,6 +73,14 @@ class Corpus:
             pieces, rest = [[None] * n for _ in files], [None] * len(files)
         else:
             held, pieces, rest = self._pieces(files, n)
+            empty = [f"{i}/{n}" for i in range(n) if not held[:, i].any()]
+            if empty:
+                log.warning(
+                    "data.shard: %s read nothing, so their stores are empty (the union of the "
+                    "%d shards is still the whole corpus): the %d source files hold too few "
+                    "places to cut between records for %d shards", ", ".join(empty), n,
+                    len(files), n,
+                )  # fmt: skip
         out = []
         for i in range(n):
             mine = [  # a source's special files count in the first shard holding its first file
