@@ -180,9 +180,7 @@ def test_invalid_shard_keys_fail_naming_the_key(keys, message):
         DataConfig(**keys).validate()
 
 
-def test_more_shards_than_files_that_cannot_be_cut_leave_a_shard_empty_and_say_so(
-    tmp_path, caplog
-):
+def test_more_shards_than_files_that_cannot_be_cut_leave_a_shard_empty_and_say_so(tmp_path, caplog):
     """Three text files without data.separator (one document each) in four shards: no file
     is cut (tests/data/store/test_shards_in_one_file.py cuts files that can be), one shard
     builds an empty store, the log says which and why, and the union is one store."""

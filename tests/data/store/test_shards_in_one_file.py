@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.corpus import WORDS
 from packlm.config.data import DataConfig
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.corpus import Corpus
@@ -26,12 +27,11 @@ from packlm.data.store.sources import ReadCounts, SourceError, iter_documents
 from packlm.data.store.sources import cuts as cuts_module
 
 TOKENIZER = TokenizerConfig(vocab_size=300)
-WORDS = "the of and to a in that is was he for it with as his on be at by had not are but".split()
 PLAN_ARRAYS = ("order", "anchors", "seq_first", "offsets", "window_cum", "sample_order")
 
 
 def words(rng: random.Random, most: int = 60) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, most)))
+    return " ".join(rng.choice(WORDS.split()) for _ in range(rng.randint(1, most)))
 
 
 def write_jsonl(path: Path, n: int = 240, seed: int = 0, last_newline: bool = True) -> Path:
