@@ -71,7 +71,20 @@ def write_parquet(path: Path, n: int = 240, seed: int = 0) -> Path:
     return path
 
 
+def write_arrow(path: Path, n: int = 240, seed: int = 0, stream: bool = False) -> Path:
+    """An Arrow IPC file (Feather v2) of record batches of 25 rows, or an Arrow stream."""
+    pa = pytest.importorskip("pyarrow")
+    rng = random.Random(seed)
+    table = pa.table({"text": [words(rng) if i % 31 else "" for i in range(n)]})
+    opened = pa.ipc.new_stream if stream else pa.ipc.new_file
+    with opened(str(path), table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=25):
+            writer.write_batch(batch)
+    return path
+
+
 WRITERS = {
+    "arrow": (write_arrow, "one.arrow", {}),
     "jsonl": (write_jsonl, "one.jsonl", {}),
     "text": (write_text, "one.txt", {"separator": "\n\n"}),
     "parquet": (write_parquet, "one.parquet", {}),
@@ -220,17 +233,22 @@ def test_errors_in_a_piece_name_the_whole_files_line_and_byte_offset(tmp_path):
     assert messages[1].startswith(f"{text}: not valid UTF-8 at byte offset {offset} ")
 
 
-def test_a_compressed_file_is_read_whole_by_one_shard_and_said_once(tmp_path, caplog):
-    path = tmp_path / "one.jsonl.gz"
-    path.write_bytes(gzip.compress(write_jsonl(tmp_path / "plain.jsonl").read_bytes()))
+@pytest.mark.parametrize("kind", ["gzip", "arrow stream"])
+def test_a_file_that_cannot_be_cut_is_read_whole_by_one_shard_and_said_once(tmp_path, caplog, kind):
+    if kind == "gzip":
+        path = tmp_path / "one.jsonl.gz"
+        path.write_bytes(gzip.compress(write_jsonl(tmp_path / "plain.jsonl").read_bytes()))
+        why = "gzip-compressed jsonl (one compressed stream, readable only from its start)"
+    else:
+        path = write_arrow(tmp_path / "one.arrows", stream=True)
+        why = "an Arrow stream (no index of its batches)"
     caplog.set_level(logging.INFO, logger="packlm.data.store")
     data = config(path)
     shards = Corpus.from_config(data).shards(4)
     lines = [r.getMessage() for r in caplog.records]
-    said = [m for m in lines if "cannot be cut" in m]
-    assert said == [
-        f"data.shard: {path} is gzip-compressed jsonl (one compressed stream, readable only from "
-        "its start), so it cannot be cut between records: shard 0/4 reads it whole"
+    assert [m for m in lines if "cannot be cut" in m] == [
+        f"data.shard: {path} is {why}, so it cannot be cut between records: shard 0/4 reads "
+        "it whole"
     ]
     assert any("data.shard: 1/4, 2/4, 3/4 read nothing" in m for m in lines)
     assert [len(s.sources[0].files) for s in shards] == [1, 0, 0, 0]

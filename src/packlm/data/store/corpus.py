@@ -109,8 +109,8 @@ class Corpus:
 
     def _pieces(self, files: list[tuple[Source, int]], n: int):
         """Fewer files than shards, so files are cut between records (`piece_bounds`):
-        (held bool [files, n]; per file and shard the units read, None: all of them; per file
-        the units after shard 0's)."""
+        (held bool [files, n]; per file and shard the bytes read, None: all of them; per file
+        the bytes after shard 0's)."""
         cuts = [
             file_cuts(s.files[k], detect(s.files[k]), self.options, s.span, s.stats[k][1])
             for s, k in files
@@ -122,11 +122,11 @@ class Corpus:
                 "whole", cuts[k].path, cuts[k].whole, int(np.argmax(held[k])), n,
             )  # fmt: skip
 
-        def units(f: int, a: int, b: int) -> tuple[int, int] | None:
+        def piece(f: int, a: int, b: int) -> tuple[int, int] | None:
             return None if (a, b) == (cuts[f].lo, cuts[f].hi) else (int(a), int(b))
 
-        pieces = [[units(f, row[j], row[j + 1]) for j in range(n)] for f, row in enumerate(bounds)]
-        rest = [units(f, row[1], row[n]) for f, row in enumerate(bounds)]
+        pieces = [[piece(f, row[j], row[j + 1]) for j in range(n)] for f, row in enumerate(bounds)]
+        rest = [piece(f, row[1], row[n]) for f, row in enumerate(bounds)]
         return held, pieces, rest
 
     @property
@@ -207,7 +207,7 @@ def _rows(sources: list[Source]) -> Iterator[tuple[Source, slice]]:
 def _files_of(
     source: Source, keep: np.ndarray, specials: bool, cuts: list[tuple[int, int] | None]
 ) -> Source:
-    """The source with only the files where `keep`, each read whole or its units `cuts[f]`;
+    """The source with only the files where `keep`, each read whole or its bytes `cuts[f]`;
     its special files counted if `specials`."""
     kept = [f for f, k in enumerate(keep) if k]
     piece = [cuts[f] for f in kept]

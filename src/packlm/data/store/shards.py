@@ -44,10 +44,10 @@ def file_shards(sizes: np.ndarray, n: int) -> np.ndarray:
 
 
 def piece_bounds(files: Sequence[Cuttable], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Shard j reads units [bounds[f, j], bounds[f, j+1]) of file f where held[f, j].
+    """Shard j reads bytes [bounds[f, j], bounds[f, j+1]) of file f where held[f, j].
 
     Returns bounds int64 [F, n+1] (nondecreasing along j, from each file's lo to its hi),
-    held bool [F, n] (each file's non-empty pieces; a file with no units in the shard of its
+    held bool [F, n] (each file's non-empty pieces; an empty file in the shard of its
     position), and cut_in int64 [n-1]: the file each cut target fell in."""
     weights = np.array([f.weight for f in files], dtype=np.int64)  # [F]
     ends = np.cumsum(weights)  # [F]

@@ -35,8 +35,8 @@ BLOCK = 1 << 20  # bytes read at a time while scanning for a boundary
 
 @dataclass
 class FileCuts:
-    """The cut points of one file, in its units: bytes (text, JSONL; [lo, hi) is its span) or
-    Parquet row groups / Arrow record batches ([0, count))."""
+    """The cut points of one file, as byte offsets: [lo, hi) is the span of a text file, else
+    the whole file."""
 
     path: Path
     fmt: Format
@@ -50,7 +50,7 @@ class FileCuts:
     normalize: bool = True
     span: tuple[float, float] | None = None
     table_starts: np.ndarray | None = field(default=None, repr=False)
-    """int64 [units]: each row group's / batch's position in [0, weight)."""
+    """int64 [units]: where each row group / batch starts (`tables.table_units`)."""
 
     def snap(self, at: int) -> int:
         """The first cut point at or after byte `at` of its `weight` (hi: none before the end)."""
@@ -59,7 +59,8 @@ class FileCuts:
         if self.whole is not None:
             return self.hi
         if self.table_starts is not None:
-            return int(np.searchsorted(self.table_starts, at, side="left"))
+            later = self.table_starts[self.table_starts >= at]
+            return int(later[0]) if len(later) else self.hi
         with open(self.path, "rb") as f:
             if self.separator is None:  # JSON lines
                 return _next_newline(f, self.lo + at, self.hi)
@@ -67,7 +68,7 @@ class FileCuts:
                                    self.normalize)  # fmt: skip
 
     def piece_start(self, a: int, b: int) -> Piece:
-        """The whole file's numbering at the piece [a, b) of its units."""
+        """The whole file's numbering at the piece [a, b) of its bytes."""
         if self.table_starts is not None:  # rows are counted by `table_documents`
             return Piece(last=b == self.hi)
         if self.separator is None:  # JSON lines: the newlines before it
@@ -87,11 +88,8 @@ def file_cuts(path: Path, fmt: Format, options: ReadOptions, span, size: int) ->
     if fmt.kind in ("parquet", "arrow"):
         units = table_units(path, fmt)
         if units is None:
-            return FileCuts(path, fmt, 0, 1, size, f"{fmt.describe()} (no index of its batches)")
-        sizes = units[0]  # [units]
-        scale = size / max(int(sizes.sum()), 1)
-        starts = ((np.cumsum(sizes) - sizes) * scale).astype(np.int64)  # [units] in [0, size)
-        return FileCuts(path, fmt, 0, len(starts), size, table_starts=starts)
+            return FileCuts(path, fmt, 0, size, size, f"{fmt.describe()} (no index of its batches)")
+        return FileCuts(path, fmt, 0, size, size, table_starts=units[0])
     if fmt.compression is not None:
         why = f"{fmt.describe()} (one compressed stream, readable only from its start)"
         return FileCuts(path, fmt, 0, size, size, why)
