@@ -285,6 +285,18 @@ def test_few_or_long_records_leave_empty_shards_and_lose_nothing(tmp_path, caplo
     assert 0 in [p.n_docs for p in b.parts]
 
 
+def test_shard_0_checks_validation_for_duplicates_of_every_other_piece(tmp_path):
+    path = write_jsonl(tmp_path / "one.jsonl")
+    val = tmp_path / "val.jsonl"
+    val.write_text(json.dumps({"text": "held out"}) + "\n", encoding="utf-8")
+    data = config(path, val_sources=[str(val)], val_fraction=0.0)
+    shards = Corpus.from_config(data).shards(4)
+    first = Corpus.from_config(data).of_shard(0, 4)
+    others = documents(Corpus(first.other_training, None, first.options, 0.0))[0]
+    assert others == [d for s in shards[1:] for d in documents(s)[0]] and others
+    assert [s.val_sources for s in shards[1:]] == [[], [], []]
+
+
 def test_a_piece_reports_a_file_that_changed_while_it_was_read(tmp_path):
     path = write_jsonl(tmp_path / "one.jsonl")
     shard = Corpus.from_config(config(path)).of_shard(1, 4)

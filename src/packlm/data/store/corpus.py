@@ -111,10 +111,12 @@ class Corpus:
         """Fewer files than shards, so files are cut between records (`piece_bounds`):
         (held bool [files, n]; per file and shard the bytes read, None: all of them; per file
         the bytes after shard 0's)."""
+        whole_files = replace(self.options, separator=None)  # the default corpus: one per file
         cuts = [
-            file_cuts(s.files[k], detect(s.files[k]), self.options, s.span, s.stats[k][1])
+            file_cuts(s.files[k], detect(s.files[k]), self.options if s.root is None else
+                      whole_files, s.span, s.stats[k][1])
             for s, k in files
-        ]
+        ]  # fmt: skip
         bounds, held, cut_in = piece_bounds(cuts, n)
         for k in sorted({int(k) for k in cut_in if k < len(files) and cuts[k].whole}):
             log.info(
