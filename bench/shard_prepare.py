@@ -12,8 +12,11 @@ and verify (no tokenizer training). Rows, each timed from start to the end of it
    once (as `-m data.shard=0/4,...` through a parallel launcher would), each cutting its own
    piece of the one file between records and using every core too.
 Then `data.shards=N` reads the shards as one and its documents and tokens are checked equal
-to the one store's. CPU s counts every process and worker. On a machine with fewer cores
-than shards the shards can only share the cores: the speedup is across machines.
+to the one store's. CPU s counts every process and its encoding workers, per process too
+(`os.wait4`). On a machine with fewer cores than shards the shards can only share the
+cores, so the wall time is about the one process's: the speedup is across machines, where
+each shard's own CPU s against the one process's is the ratio that carries over (CPU time
+depends less than wall time on what else the machine runs).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -67,23 +69,25 @@ def tokenizer_dir(vocab_size: int, cache: Path) -> Path:
 
 
 def run(commands: list[list[str]], logs: Path) -> dict:
-    """Start the commands at once; wall seconds until the last ends, CPU s of them all."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """Start the commands at once: wall seconds until the last ends; per process its own
+    seconds and CPU s (with its encoding workers: `os.wait4`'s usage); stdouts."""
     start = time.perf_counter()
-    procs = []
+    procs = {}
     for k, cmd in enumerate(commands):
-        err = open(logs / f"run{len(commands)}_{k}.log", "w")  # noqa: SIM115 (closed below)
-        procs.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True), err))
-    outs = []
-    for proc, err in procs:
-        outs.append(proc.communicate()[0])
-        err.close()
-        if proc.returncode:
-            raise SystemExit(f"{proc.args[3:]} failed ({proc.returncode}); see {err.name}")
-    seconds = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    return {"seconds": seconds, "cpu": cpu, "outs": outs}
+        out, err = (open(logs / f"run{len(commands)}_{k}.{x}", "w+")  # noqa: SIM115 (closed below)
+                    for x in ("out", "log"))  # fmt: skip
+        procs[subprocess.Popen(cmd, stdout=out, stderr=err, text=True).pid] = (k, out, err)
+    seconds, cpu, outs = [0.0] * len(procs), [0.0] * len(procs), [""] * len(procs)
+    for _ in range(len(procs)):
+        pid, status, usage = os.wait4(-1, 0)
+        k, out, err = procs[pid]
+        seconds[k], cpu[k] = time.perf_counter() - start, usage.ru_utime + usage.ru_stime
+        out.seek(0)
+        outs[k] = out.read()
+        out.close(), err.close()
+        if os.waitstatus_to_exitcode(status):
+            raise SystemExit(f"{commands[k][3:]} failed ({status}); see {err.name}")
+    return {"seconds": max(seconds), "each": seconds, "cpu": sum(cpu), "cpus": cpu, "outs": outs}
 
 
 def main() -> None:
@@ -115,19 +119,24 @@ def main() -> None:
         counts.append({s: (report[s]["counts"]["documents"], report[s]["counts"]["tokens"])
                        for s in ("train", "val")})  # fmt: skip
     pieces = [json.loads(o)["train"]["counts"]["documents"] for o in shards["outs"]]
-    print(f"one JSONL file: {size / 1e6:.0f} MB, "
-          f"{records:,} records (written in {written:.0f} s), vocab {args.vocab_size} "
-          f"(tokenizer given: no training timed), {available_cores()} cores; load average "
-          f"{load[0]:.2f} before, {load_after[0]:.2f} after")  # fmt: skip
-    print(f"{'':40} {'seconds':>8} {'CPU s':>8}")
-    print(f"{'prepare, 1 process':40} {one['seconds']:8.1f} {one['cpu']:8.1f}")
-    print(f"{f'prepare, {n} shard processes at once':40} {shards['seconds']:8.1f} "
-          f"{shards['cpu']:8.1f}")  # fmt: skip
-    print(f"{f'data.shards={n} (open the {n} as one)':40} {union['seconds']:8.1f} "
-          f"{union['cpu']:8.1f}")  # fmt: skip
-    print(f"{n} shards / 1 process: wall {shards['seconds'] / one['seconds']:.2f}x; training "
-          f"documents per shard {pieces}; union == one store (documents, tokens): "
-          f"{counts[0] == counts[1]}")  # fmt: skip
+    print(f"one JSONL file: {size / 1e6:.0f} MB, {records:,} records (written in {written:.0f} "
+          f"s), vocab {args.vocab_size} (tokenizer given: no training timed), "
+          f"{available_cores()} cores; load average {load[0]:.2f} before, {load_after[0]:.2f} "
+          "after")  # fmt: skip
+    print(f"{'':42} {'seconds':>8} {'CPU s':>8}  per process (seconds / CPU s)")
+    rows = (("prepare, 1 process", one), (f"prepare, {n} shard processes at once", shards),
+            (f"data.shards={n} (the {n} opened as one)", union))  # fmt: skip
+    for name, r in rows:
+        each = ", ".join(f"{s:.1f} / {c:.1f}" for s, c in zip(r["each"], r["cpus"], strict=True))
+        print(
+            f"{name:42} {r['seconds']:8.1f} {r['cpu']:8.1f}  {each if len(r['each']) > 1 else ''}"
+        )
+    print(
+        f"{n} shard processes / 1 process: wall {shards['seconds'] / one['seconds']:.2f}x, CPU "
+        f"{shards['cpu'] / one['cpu']:.2f}x; the largest shard's CPU / the 1 process's: "
+        f"{max(shards['cpus']) / one['cpu']:.2f}x (a shard per machine); training documents "
+        f"per shard {pieces}; union == one store (documents, tokens): {counts[0] == counts[1]}"
+    )
     if counts[0] != counts[1]:
         raise SystemExit(f"the shards differ from the one store: {counts}")
 

@@ -126,6 +126,15 @@ def test_the_shards_of_one_file_read_its_documents_whatever_their_number(
         assert shard_documents(data, n) == (whole, dropped), n
 
 
+def test_a_jsonl_file_without_its_last_newline_is_cut_like_one_with_it(tmp_path):
+    path = write_jsonl(tmp_path / "one.jsonl", last_newline=False)
+    assert not path.read_bytes().endswith(b"\n")
+    data = config(path)
+    whole = documents(Corpus.from_config(data))
+    for n in (2, 4, 9, 300):
+        assert shard_documents(data, n) == whole, n
+
+
 @pytest.mark.parametrize("separator", ["\n", "\n\n", "aa", "aba", "ab\nab"])
 def test_self_overlapping_separators_cut_where_the_whole_split_does(tmp_path, separator):
     rng = random.Random(1)
