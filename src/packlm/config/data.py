@@ -48,10 +48,12 @@ class DataConfig(ConfigGroup):
     are counted in the manifest); false: the bytes as they are."""
     shard: str | None = None
     """Prepare only shard "i/N" (0 <= i < N): the i-th of N contiguous runs of the sources'
-    files, balanced by bytes, a cache entry of its own, so N processes or machines sharing
-    cache_dir build the shards at once (python -m packlm.prepare -m data.shard=0/4,1/4,...);
-    the tokenizer is trained once, on the whole corpus, by the first shard to need it. A run
-    given data.shard reads that shard alone."""
+    files, balanced by bytes (with fewer files than shards, of byte ranges cut between
+    records: JSONL lines, data.separator pieces, Parquet row groups, Arrow batches; a
+    compressed file is read whole), a cache entry of its own, so N processes or machines
+    sharing cache_dir build the shards at once (python -m packlm.prepare -m
+    data.shard=0/4,1/4,...); the tokenizer is trained once, on the whole corpus, by the first
+    shard to need it. A run given data.shard reads that shard alone."""
     shards: int | None = None
     """Read the corpus as the N stores that data.shard=0/N ... N-1/N built (null: one store):
     one corpus, the same documents, tokens and plans as one store; a missing shard is an

@@ -180,14 +180,21 @@ def test_invalid_shard_keys_fail_naming_the_key(keys, message):
         DataConfig(**keys).validate()
 
 
-def test_more_shards_than_files_fails_before_training_the_tokenizer(tmp_path, caplog):
+def test_more_shards_than_files_that_cannot_be_cut_leave_a_shard_empty_and_say_so(tmp_path, caplog):
+    """Three text files without data.separator (one document each) in four shards: no file
+    is cut (tests/data/store/test_shards_in_one_file.py cuts files that can be), one shard
+    builds an empty store, the log says which and why, and the union is one store."""
     corpus = write_tiny_corpus(tmp_path / "three", n=3)
     caplog.set_level(logging.INFO)
-    with pytest.raises(ConfigError, match=r"^data\.shard=1/4: the sources have 3 files, fewer"):
-        prepare(config(corpus, shard="1/4"), tmp_path / "cache")
-    with pytest.raises(ConfigError, match=r"^data\.shards=4: the sources have 3 files"):
-        prepare(config(corpus, shards=4), tmp_path / "cache")
-    assert not any("training the tokenizer" in r.getMessage() for r in caplog.records)
+    union = prepare(config(corpus, shards=4, val_fraction=0.0), tmp_path / "cache",
+                    build_shards=True)  # fmt: skip
+    one = prepare(config(corpus, val_fraction=0.0), tmp_path / "cache")
+    said = [r.getMessage() for r in caplog.records if "data.shard: " in r.getMessage()]
+    assert any("is one document (no data.separator), so it cannot be cut" in m for m in said)
+    assert any(m.startswith("data.shard: 1/4 read nothing") for m in said), said
+    assert [p.n_docs for p in union.open("train").parts] == [1, 0, 1, 1]
+    np.testing.assert_array_equal(np.asarray(one.open("train").tokens),
+                                  np.asarray(union.open("train").tokens))  # fmt: skip
 
 
 def test_shards_are_contiguous_balanced_and_never_empty():

@@ -7,6 +7,7 @@ fingerprint: sources with sizes and mtimes, and every option that changes docume
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from packlm.config.data import DataConfig
-from packlm.data.store.shards import file_shards
+from packlm.data.store.shards import file_shards, piece_bounds
 from packlm.data.store.sources import (
     ReadCounts,
     ReadOptions,
@@ -23,8 +24,11 @@ from packlm.data.store.sources import (
     iter_documents,
     resolve_sources,
 )
+from packlm.data.store.sources.cuts import file_cuts
+from packlm.data.store.sources.formats import detect
 from packlm.data.store.split import HASH, content_hash, is_validation
-from packlm.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 BUILD_VERSION = 2
 """Part of every fingerprint: bump it when the same inputs would give other documents or stores."""
@@ -37,7 +41,7 @@ class Corpus:
     options: ReadOptions
     val_fraction: float
     shard: tuple[int, int] | None = None
-    """(i, N) of data.shard: `sources` hold only the shard's files (`Corpus.of_shard`)."""
+    """(i, N) of data.shard: `sources` hold only the shard's files or pieces (`Corpus.shards`)."""
     other_training: list[Source] | None = None
     """Shard 0 with data.val_sources: the other shards' training files, read (not stored)
     so that a validation document duplicating any training document is dropped."""
@@ -57,32 +61,75 @@ class Corpus:
             data.val_fraction,
         )
 
-    def of_shard(self, i: int, n: int, key: str | None = None) -> Corpus:
-        """Shard i of n (`packlm.data.store.shards`): each source keeps its files of the shard
-        (and its special-file count in the shard of its first file). The hash split sends each
-        document where one store would; explicit data.val_sources all go to shard 0.
-        `key`: the config key named when there are fewer files than shards."""
-        sizes = np.array([size for s in self.sources for _, size, _ in s.stats], dtype=np.int64)
-        if len(sizes) < n:
-            raise ConfigError(
-                f"{key or f'data.shard={i}/{n}'}: the sources have {len(sizes)} files, fewer "
-                f"than {n} shards (a shard is a run of whole files); use at most {len(sizes)}"
-            )
-        owner = file_shards(sizes, n)  # [files], every shard has one at least
-        mine, others, first = [], [], 0
-        for source in self.sources:
-            own = owner[first : first + len(source.files)]
-            first += len(source.files)
-            mine.append(_files_of(source, own == i, len(own) > 0 and bool(own[0] == i)))
-            others.append(_files_of(source, own != i, False))
-        explicit = self.val_sources is not None
-        return replace(
-            self,
-            sources=mine,
-            val_sources=None if not explicit else self.val_sources if i == 0 else [],
-            shard=(i, n),
-            other_training=others if explicit and i == 0 else None,
-        )
+    def shards(self, n: int) -> list[Corpus]:
+        """The n shards (`packlm.data.store.shards`): each source keeps its files, or pieces
+        of files, of the shard (and its special-file count in the shard of its first file).
+        The hash split sends each document where one store would; explicit data.val_sources
+        all go to shard 0, which reads the other shards' training documents for duplicates."""
+        files = [(source, k) for source in self.sources for k in range(len(source.files))]
+        if len(files) >= n:
+            sizes = np.array([size for s in self.sources for _, size, _ in s.stats])
+            held = file_shards(sizes, n)[:, None] == np.arange(n)  # [files, n]
+            pieces, rest = [[None] * n for _ in files], [None] * len(files)
+        else:
+            held, pieces, rest = self._pieces(files, n)
+            empty = [f"{i}/{n}" for i in range(n) if not held[:, i].any()]
+            if empty:
+                log.warning(
+                    "data.shard: %s read nothing, so their stores are empty (the union of the "
+                    "%d shards is still the whole corpus): the %d source files hold too few "
+                    "places to cut between records for %d shards", ", ".join(empty), n,
+                    len(files), n,
+                )  # fmt: skip
+        out = []
+        for i in range(n):
+            mine = [  # a source's special files count in the first shard holding its first file
+                _files_of(s, held[rows, i], i == int(np.argmax(held[rows.start])),
+                          [p[i] for p in pieces[rows]])
+                for s, rows in _rows(self.sources)
+            ]  # fmt: skip
+            others = None
+            if self.val_sources is not None and i == 0:
+                others = [
+                    _files_of(s, held[rows, 1:].any(axis=1), False, rest[rows])
+                    for s, rows in _rows(self.sources)
+                ]
+            out.append(replace(
+                self,
+                sources=mine,
+                val_sources=self.val_sources if i == 0 or self.val_sources is None else [],
+                shard=(i, n),
+                other_training=others,
+            ))  # fmt: skip
+        return out
+
+    def of_shard(self, i: int, n: int) -> Corpus:
+        """Shard i of n (`shards`)."""
+        return self.shards(n)[i]
+
+    def _pieces(self, files: list[tuple[Source, int]], n: int):
+        """Fewer files than shards, so files are cut between records (`piece_bounds`):
+        (held bool [files, n]; per file and shard the bytes read, None: all of them; per file
+        the bytes after shard 0's)."""
+        whole_files = replace(self.options, separator=None)  # the default corpus: one per file
+        cuts = [
+            file_cuts(s.files[k], detect(s.files[k]), self.options if s.root is None else
+                      whole_files, s.span, s.stats[k][1])
+            for s, k in files
+        ]  # fmt: skip
+        bounds, held, cut_in = piece_bounds(cuts, n)
+        for k in sorted({int(k) for k in cut_in if k < len(files) and cuts[k].whole}):
+            log.info(
+                "data.shard: %s is %s, so it cannot be cut between records: shard %d/%d reads it "
+                "whole", cuts[k].path, cuts[k].whole, int(np.argmax(held[k])), n,
+            )  # fmt: skip
+
+        def piece(f: int, a: int, b: int) -> tuple[int, int] | None:
+            return None if (a, b) == (cuts[f].lo, cuts[f].hi) else (int(a), int(b))
+
+        pieces = [[piece(f, row[j], row[j + 1]) for j in range(n)] for f, row in enumerate(bounds)]
+        rest = [piece(f, row[1], row[n]) for f, row in enumerate(bounds)]
+        return held, pieces, rest
 
     @property
     def hash_split(self) -> bool:
@@ -151,10 +198,25 @@ def _source_fp(source: Source) -> dict[str, Any]:
     return fp
 
 
-def _files_of(source: Source, keep: np.ndarray, specials: bool) -> Source:
-    """The source with only the files where `keep`; its special files counted if `specials`."""
-    files = [f for f, k in zip(source.files, keep, strict=True) if k]
-    stats = [st for st, k in zip(source.stats, keep, strict=True) if k]
+def _rows(sources: list[Source]) -> Iterator[tuple[Source, slice]]:
+    """Each source with the rows of its files among all sources' files."""
+    first = 0
+    for source in sources:
+        yield source, slice(first, first + len(source.files))
+        first += len(source.files)
+
+
+def _files_of(
+    source: Source, keep: np.ndarray, specials: bool, cuts: list[tuple[int, int] | None]
+) -> Source:
+    """The source with only the files where `keep`, each read whole or its bytes `cuts[f]`;
+    its special files counted if `specials`."""
+    kept = [f for f, k in enumerate(keep) if k]
+    piece = [cuts[f] for f in kept]
     return replace(
-        source, files=files, stats=stats, special_files=source.special_files if specials else 0
+        source,
+        files=[source.files[f] for f in kept],
+        stats=[source.stats[f] for f in kept],
+        special_files=source.special_files if specials else 0,
+        cuts=piece if any(c is not None for c in piece) else None,
     )

@@ -97,11 +97,9 @@ def prepare_stores(
     if shard is not None:
         parts = [corpus.of_shard(*shard)]
     elif data.shards is not None:
-        key = f"data.shards={data.shards}"
-        parts = [corpus.of_shard(i, data.shards, key) for i in range(data.shards)]
+        parts = corpus.shards(data.shards)
     else:
         parts = [corpus]
-    # (each shard has files: checked before the tokenizer's work)
     read_only = shard is None and data.shards is not None and not build_shards
     if read_only and not tokenizer_cached(tokenizer, corpus.fingerprint(True), cache_dir):
         # no shard can have been built: say so now, not after training a tokenizer

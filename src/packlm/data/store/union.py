@@ -1,8 +1,9 @@
 """The stores of data.shards=N read as one: the same documents, in the same order, at the
 same token offsets as one store of the whole corpus, so every plan is the same plan.
 
-Shard stores (`packlm.data.store.shards`) hold contiguous runs of the corpus's files, so
-concatenating them in shard order is the one store. `StoreUnion` is that concatenation
+Shard stores (`packlm.data.store.shards`) hold contiguous runs of the corpus's files (or
+of byte ranges of its files, cut between records), so concatenating them in shard order is
+the one store. `StoreUnion` is that concatenation
 as a view: the shards' own memmaps behind `ConcatArray`s (tokens, document offsets
 shifted to global token positions, document sources), so opening it in every DataLoader
 worker costs what opening one store does. No token is copied.

@@ -3,7 +3,8 @@
 1. `entries.py`: an entry (default, a path, a glob, a directory with include/exclude, a
    `save_to_disk` folder, {path, weight}) -> a `Source` and its files, resolved before any
    reading (a missing path fails at once); `span.py`: {path, span: [a, b]}, a byte range of
-   a text file (nanoGPT's 90/10 split of one file).
+   a text file (nanoGPT's 90/10 split of one file); `cuts.py`: where data.shard may cut a file
+   between records, so that a shard reads a piece of it, numbered as in the whole file.
 2. `formats.py`: a file's format from its first bytes (gzip, bz2, xz, zstd; Parquet, Arrow,
    Feather; binary signatures) and its name (.jsonl / .ndjson / .json lines, any case).
 3. `text.py`: text and JSON-lines readers: streamed, newlines normalised, split on
@@ -21,7 +22,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from packlm.data.store.sources.document import Document, ReadCounts, ReadOptions, SourceError
+from packlm.data.store.sources.cuts import file_cuts
+from packlm.data.store.sources.document import (
+    WHOLE,
+    Document,
+    ReadCounts,
+    ReadOptions,
+    SourceError,
+)
 from packlm.data.store.sources.entries import DEFAULT, Source, file_stat, resolve_sources
 from packlm.data.store.sources.formats import detect, open_stream
 from packlm.data.store.sources.span import open_span
@@ -47,8 +55,8 @@ def iter_documents(
     for source in sources:
         counts.skipped_special += source.special_files
         read = counts.files_read.setdefault(source.index, [])
-        for path, listed in zip(source.files, source.stats, strict=True):
-            for doc in _documents_of(source, path, listed, options, counts):
+        for k, (path, listed) in enumerate(zip(source.files, source.stats, strict=True)):
+            for doc in _documents_of(source, k, path, listed, options, counts):
                 if doc.text:
                     yield doc
                 else:
@@ -57,10 +65,11 @@ def iter_documents(
 
 
 def _documents_of(
-    source: Source, path: Path, listed: tuple[str, int, int], options: ReadOptions,
+    source: Source, k: int, path: Path, listed: tuple[str, int, int], options: ReadOptions,
     counts: ReadCounts,
 ) -> Iterator[Document]:  # fmt: skip
-    """The file's documents; then `_check_unchanged` (every byte of an uncompressed file read)."""
+    """The documents of file k of the source (of its piece, for a data.shard); then
+    `_check_unchanged` (every byte of an uncompressed file, or its span or piece, read)."""
     if source.root is not None:  # the embedded corpus: each file is one text document
         prefix = f"{source.index}:default/{path.relative_to(source.root).as_posix()}"
         with open_stream(path, None) as f:
@@ -78,16 +87,26 @@ def _documents_of(
         counts.skipped_binary += 1
         _check_unchanged(path, listed, None)
         return
+    cut = source.cut_of(k)
     if fmt.kind in ("parquet", "arrow"):
-        yield from table_documents(path, fmt, prefix, source.index, options, counts)
+        yield from table_documents(path, fmt, prefix, source.index, options, counts, cut)
         _check_unchanged(path, listed, None)
         return
-    if source.span is not None:
-        with open_span(path, fmt, source.span) as f:
-            yield from text_documents(
-                f, path, f"{prefix}@{source.span[0]}-{source.span[1]}", source.index,
-                options.separator, options, counts, source.explicit,
-            )  # fmt: skip
+    if source.span is not None or cut is not None:
+        piece = WHOLE if cut is None else file_cuts(
+            path, fmt, options, source.span, listed[1]).piece_start(*cut)  # fmt: skip
+        with open_span(path, fmt, source.span, cut) as f:
+            if fmt.kind == "jsonl":
+                yield from jsonl_documents(
+                    f, path, prefix, source.index, options, counts, source.explicit, piece
+                )
+            else:
+                if source.span is not None:
+                    prefix = f"{prefix}@{source.span[0]}-{source.span[1]}"
+                yield from text_documents(
+                    f, path, prefix, source.index, options.separator, options, counts,
+                    source.explicit, piece,
+                )  # fmt: skip
             _check_unchanged(path, listed, f.seen_size())
         return
     with open_stream(path, fmt.compression) as f:

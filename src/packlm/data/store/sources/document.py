@@ -24,6 +24,22 @@ def parse_doc_id(doc_id: str) -> dict[str, Any]:
     return {"path": rest or None, "record": None}
 
 
+class Piece(NamedTuple):
+    """Where a piece of a file (`data.shard` cut it between records) starts in the whole
+    file's numbering, so its documents keep the ids and byte offsets of the whole file."""
+
+    records: int = 0
+    """Records before it: JSONL lines, or pieces of a text file split on data.separator."""
+    offset: int = 0
+    """Its first byte's offset in the file (after newline normalisation for split text)."""
+    last: bool = True
+    """It ends where the file (or span) does; else it ends with a separator whose empty
+    remainder is no document (the next piece starts there)."""
+
+
+WHOLE = Piece()
+
+
 class SourceError(ValueError):
     """A source that cannot become documents; the message starts with the culprit."""
 

@@ -48,10 +48,22 @@ class Source:
     """Entries of the walk that are not regular files (skipped, counted)."""
     span: tuple[float, float] | None = None
     """{path, span: [a, b]}: only bytes [a, b) of each file, as fractions of its size."""
+    cuts: list[tuple[int, int] | None] | None = None
+    """Per file, the piece a data.shard reads: bytes [a, b), cut between records by
+    `sources.cuts` (a table's row groups or batches starting there); None: the whole file
+    (or span)."""
+
+    def cut_of(self, k: int) -> tuple[int, int] | None:
+        return None if self.cuts is None else self.cuts[k]
 
     @property
     def total_bytes(self) -> int:
-        return sum(size for _, size, _ in self.stats)
+        """Bytes read: each file's, or its piece's (`cuts`)."""
+        total = 0
+        for k, (_, size, _) in enumerate(self.stats):
+            cut = self.cut_of(k)
+            total += size if cut is None else cut[1] - cut[0]
+        return total
 
     def fingerprint(self) -> dict[str, Any]:
         """Name, weight, file count, bytes and a digest of every (path, size, mtime)."""
@@ -60,6 +72,7 @@ class Source:
             "weight": self.weight,
             **files_fingerprint(self.stats),
             **({"span": list(self.span)} if self.span is not None else {}),
+            **({"cuts": [c and list(c) for c in self.cuts]} if self.cuts is not None else {}),
         }
 
 

@@ -16,7 +16,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from packlm.data.store.sources.document import Document, ReadCounts, ReadOptions, SourceError
+from packlm.data.store.sources.document import (
+    WHOLE,
+    Document,
+    Piece,
+    ReadCounts,
+    ReadOptions,
+    SourceError,
+)
 
 BLOCK = 1 << 20  # read size when splitting a text file on the separator
 NOT_JSON_LINES = (
@@ -29,11 +36,12 @@ NUL_RUN = b"\x00" * 32
 
 def text_documents(
     f: BinaryIO, path: Path, prefix: str, index: int, separator: str | None,
-    options: ReadOptions, counts: ReadCounts, explicit: bool = True,
+    options: ReadOptions, counts: ReadCounts, explicit: bool = True, piece: Piece = WHOLE,
 ) -> Iterator[Document]:  # fmt: skip
     """One document per file, or one per piece between separators; `explicit`: the file was
-    named alone (binary content is an error) or found by a walk (its binary parts skipped)."""
-    blocks = _blocks(f, path, options.normalize_newlines, counts)
+    named alone (binary content is an error) or found by a walk (its binary parts skipped);
+    `piece`: `f` reads a piece of the file (pieces only where there is a separator)."""
+    blocks = read_blocks(f, path, options.normalize_newlines, counts)
     if separator is None:
         data = b"".join(blocks)
         if not is_binary(data, path, 0, explicit, counts):
@@ -41,7 +49,10 @@ def text_documents(
             if text is not None:
                 yield Document(text, prefix, index)
         return
-    for k, (offset, data) in enumerate(_split(blocks, separator.encode("utf-8"))):
+    pieces = split_pieces(blocks, separator.encode("utf-8"), piece.offset)
+    for k, (offset, data, final) in enumerate(pieces, start=piece.records):
+        if final and not piece.last:  # the empty rest after the piece's last separator
+            break
         if is_binary(data, path, offset, explicit, counts):
             continue
         text = decode(data, path, offset, options.encoding_errors, counts)
@@ -51,12 +62,13 @@ def text_documents(
 
 def jsonl_documents(
     f: BinaryIO, path: Path, prefix: str, index: int, options: ReadOptions, counts: ReadCounts,
-    explicit: bool = True,
+    explicit: bool = True, piece: Piece = WHOLE,
 ) -> Iterator[Document]:  # fmt: skip
-    """One document per JSON record (`data.text_field`), ids ending in the line number."""
+    """One document per JSON record (`data.text_field`), ids ending in the line number (in
+    the whole file where `f` reads a `piece` of it)."""
     field_name = options.text_field
-    offset = 0
-    for line_no, raw in enumerate(_lines(f, path), start=1):
+    offset = piece.offset
+    for line_no, raw in enumerate(_lines(f, path), start=piece.records + 1):
         where = f"{path}:{line_no}"
         line_offset, offset = offset, offset + len(raw)
         if not raw.strip() or is_binary(raw, path, line_offset, explicit, counts):
@@ -95,7 +107,7 @@ def jsonl_documents(
             yield Document(text, f"{prefix}:{line_no}", index)
 
 
-def _blocks(f: BinaryIO, path: Path, normalize: bool, counts: ReadCounts) -> Iterator[bytes]:
+def read_blocks(f: BinaryIO, path: Path, normalize: bool, counts: ReadCounts) -> Iterator[bytes]:
     """The file's bytes block by block, CRLF / CR -> LF when `normalize` (a CR ending a
     block waits for the next one, so a CRLF split between blocks is one newline)."""
     changed, held = False, b""
@@ -118,20 +130,22 @@ def _blocks(f: BinaryIO, path: Path, normalize: bool, counts: ReadCounts) -> Ite
         counts.normalized_newlines += 1
 
 
-def _split(blocks: Iterator[bytes], sep: bytes) -> Iterator[tuple[int, bytes]]:
-    """(byte offset, piece) of a stream of blocks split on `sep` (offsets after newline
-    normalisation)."""
-    buf, start, search = bytearray(), 0, 0
+def split_pieces(
+    blocks: Iterator[bytes], sep: bytes, start: int = 0
+) -> Iterator[tuple[int, bytes, bool]]:
+    """(byte offset, piece, is the final piece) of a stream of blocks split on `sep`, the
+    leftmost match first (offsets after newline normalisation, from `start`)."""
+    buf, search = bytearray(), 0
     for block in blocks:
         buf += block
         pos = 0
         while (hit := buf.find(sep, search)) >= 0:
-            yield start, bytes(buf[pos:hit])
+            yield start, bytes(buf[pos:hit]), False
             start += hit - pos + len(sep)
             pos = search = hit + len(sep)
         del buf[:pos]
         search = max(0, len(buf) - len(sep) + 1)
-    yield start, bytes(buf)
+    yield start, bytes(buf), True
 
 
 def is_binary(data: bytes, path: Path, offset: int, explicit: bool, counts: ReadCounts) -> bool:
