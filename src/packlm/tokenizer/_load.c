@@ -87,7 +87,8 @@ static PyObject *vocab_json(PyObject *self, PyObject *args) {
     PyObject *specials, *result = Py_None, *table = NULL;
     if (!PyArg_ParseTuple(args, "y*O!", &buf, &PyTuple_Type, &specials)) return NULL;
     const uint8_t *p = buf.buf;
-    Py_ssize_t n = buf.len, i = skip_ws(p, n, 0), count = 0, at = 0, cap = n / 4 + 1;
+    Py_ssize_t n = buf.len, i = skip_ws(p, n, 0), count = 0, at = 0, cap = 1;
+    for (const uint8_t *c = p; (c = memchr(c, ':', p + n - c)); c++) cap++; /* >= entries */
     uint8_t *arena = malloc(n + 1), *text = malloc(n + 1);
     int32_t *ids = malloc(cap * sizeof(int32_t)), *where = NULL;
     Py_ssize_t *off = malloc(cap * sizeof(Py_ssize_t)), *len = malloc(cap * sizeof(Py_ssize_t));
@@ -172,17 +173,29 @@ static PyObject *merge_ids(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O!y*", &PyList_Type, &table, &PyFrozenSet_Type, &specials, &buf))
         return NULL;
     const uint8_t *p = buf.buf;
-    Py_ssize_t n = buf.len, size = PyList_GET_SIZE(table), count = 0, cap = n / 4 + 1;
+    Py_ssize_t n = buf.len, size = PyList_GET_SIZE(table), count = 0, cap = 1;
+    for (const uint8_t *c = p; (c = memchr(c, '\n', p + n - c)); c++) cap++; /* >= rows */
     int32_t *ids = malloc(3 * cap * sizeof(int32_t));
     uint8_t *pair = malloc(n + 1);
     Tokens by = {0};
-    if (!ids || !pair || tokens_init(&by, size) < 0) goto nomem;
+    uint8_t *special = calloc(size + 1, 1); /* id -> 1 for a special token */
+    if (!ids || !pair || !special || tokens_init(&by, size) < 0) goto nomem;
+    PyObject *it = PyObject_GetIter(specials), *key;
+    if (!it) goto fail;
+    while ((key = PyIter_Next(it))) {
+        Py_ssize_t id = PyLong_Check(key) ? PyLong_AsSsize_t(key) : -1;
+        Py_DECREF(key);
+        if (id >= 0 && id < size) special[id] = 1;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) goto fail;
     for (Py_ssize_t t = 0; t < size; t++) { /* ordinary tokens -> the lowest id */
-        PyObject *b = PyList_GET_ITEM(table, t), *key = PyLong_FromSsize_t(t);
-        int special = key ? PySet_Contains(specials, key) : -1;
-        Py_XDECREF(key);
-        if (special < 0 || !PyBytes_Check(b)) goto fail;
-        if (!special) tokens_find(&by, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), (int32_t)t);
+        PyObject *b = PyList_GET_ITEM(table, t);
+        if (!PyBytes_Check(b)) {
+            PyErr_SetString(PyExc_TypeError, "merge_ids: the table holds a non-bytes token");
+            goto fail;
+        }
+        if (!special[t]) tokens_find(&by, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), (int32_t)t);
     }
     if (!(byte_ids = PyList_New(256))) goto fail;
     for (int b = 0; b < 256; b++) {
@@ -219,7 +232,7 @@ fail:
     result = NULL;
 out:
     Py_XDECREF(byte_ids), Py_XDECREF(out);
-    free(ids), free(pair), tokens_free(&by);
+    free(ids), free(pair), free(special), tokens_free(&by);
     PyBuffer_Release(&buf);
     return result;
 }
