@@ -153,23 +153,29 @@ def child_load(which: str, saved: str, cache_dir: str) -> dict:
             return Tokenizer.from_files(vocab, merges, [SPECIAL], cache_dir=cache).encode(text)
         return Tokenizer.load(saved, cache_dir=cache).encode(text)
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     ids = {"hf": hf, "tiktoken": tik}.get(which, packlm)()
-    return {"wall": time.perf_counter() - start, "ids": list(ids)}
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {"wall": wall, "cpu": cpu, "ids": list(ids)}
 
 
 COLD, WARM = "  cache_dir, first load (empty)", "  cache_dir, tables kept"
 LOADERS = {  # (loader, cache_dir kind) -> row
     ("hf", "-"): "tokenizers BPE.from_file", ("tiktoken", "-"): "tiktoken Encoding from vocab.json",
     ("packlm-files", "-"): "packlm Tokenizer.from_files", ("packlm-files", "cold"): COLD,
-    ("packlm-files", "warm"): WARM, ("packlm-saved", "-"): "packlm Tokenizer.load (saved dir)",
+    ("packlm-files", "warm"): WARM,
+    ("packlm-files", "first"): "  no cache_dir, no engine_patterns store",
+    ("packlm-saved", "-"): "packlm Tokenizer.load (saved dir)",
     ("packlm-saved", "cold"): COLD, ("packlm-saved", "warm"): WARM,
 }  # fmt: skip
 
 
 def load_table(repeat: int) -> None:
     """The loading benchmark: each loader in fresh processes, median of `repeat`. A "cold"
-    run gets a new empty cache_dir; "warm" runs share one that a first load filled."""
+    run gets a new empty cache_dir; "warm" runs share one that a first load filled; a
+    "first" run has no cache_dir and an empty user cache (`XDG_CACHE_HOME`): the first load
+    on a machine, which also probes tiktoken's Unicode classes (`engine_pattern`). CPU time
+    is the child's own, steadier than wall time on a busy machine."""
     from packlm.tokenizer import Tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -178,31 +184,34 @@ def load_table(repeat: int) -> None:
         for which in ("packlm-files", "packlm-saved"):
             run_child(["load", which, saved, warm])  # fills the warm cache_dir
 
-        runs, dirs = {key: [] for key in LOADERS}, {"-": "-", "warm": warm}
+        runs, dirs = {key: [] for key in LOADERS}, {"-": "-", "first": "-", "warm": warm}
         for k in range(repeat):  # round robin: every row sees the same machine load
             for w, kind in LOADERS:  # a cold run: a new, empty cache_dir
                 cache = dirs.get(kind) or str(Path(tmp) / f"{w}-cold{k}")
-                runs[w, kind].append(run_child(["load", w, saved, cache]))
-    walls = {key: [r["wall"] for r in rs] for key, rs in runs.items()}
-    hf, hf_best = statistics.median(walls["hf", "-"]), min(walls["hf", "-"])
-    print(f"{'GPT-2 files -> first encode':40} {'median s':>8} {'x HF':>6} {'best s':>7} "
-          f"{'x HF':>6}  same ids")  # fmt: skip
+                env = {**os.environ, "XDG_CACHE_HOME": str(Path(tmp) / f"user{k}")}
+                runs[w, kind].append(
+                    run_child(["load", w, saved, cache], env if kind == "first" else None)
+                )
+    hf = {m: statistics.median(r[m] for r in runs["hf", "-"]) for m in ("wall", "cpu")}
+    print(f"{'GPT-2 files -> first encode':40} {'wall s':>7} {'x HF':>6} {'spread':>11} "
+          f"{'CPU s':>7} {'x HF':>6}  same ids")  # fmt: skip
     for key, name in LOADERS.items():
-        wall, best = statistics.median(walls[key]), min(walls[key])
+        wall, cpu = (statistics.median(r[m] for r in runs[key]) for m in ("wall", "cpu"))
+        low, high = (f(r["wall"] for r in runs[key]) / hf["wall"] for f in (min, max))
         same = all(r["ids"] == runs["hf", "-"][0]["ids"] for r in runs[key])
-        ratios = f"{wall / hf:6.2f} {best:7.3f} {best / hf_best:6.2f}"
-        print(f"{name:40} {wall:8.3f} {ratios}  {same}")
-    print(f"({repeat} fresh processes per row, round robin; load average "
-          f"{os.getloadavg()[0]:.2f})")  # fmt: skip
+        print(f"{name:40} {wall:7.3f} {wall / hf['wall']:6.2f} {low:5.2f}-{high:<5.2f} "
+              f"{cpu:7.3f} {cpu / hf['cpu']:6.2f}  {same}")  # fmt: skip
+    print(f"({repeat} fresh processes per row, round robin; medians; spread: each run's wall "
+          f"over HF's median; load average {os.getloadavg()[0]:.2f})")  # fmt: skip
 
 
 # ---- parent ---------------------------------------------------------------------------
 
 
-def run_child(args: list[str]) -> dict:
+def run_child(args: list[str], env: dict | None = None) -> dict:
     """Run this script as a child job, unobserved (sampling its memory would slow it)."""
     out = subprocess.run([sys.executable, __file__, "--child", *args], stdout=subprocess.PIPE,
-                         text=True, check=True).stdout  # fmt: skip
+                         text=True, check=True, env=env).stdout  # fmt: skip
     return json.loads(out.strip().splitlines()[-1])
 
 

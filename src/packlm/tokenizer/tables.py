@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
@@ -66,7 +67,7 @@ def _tables_key(files: list, options: dict, cls) -> str | None:
 def _checksum(facts: dict, arrays: list[np.ndarray]) -> str:
     h = hashlib.sha256(json.dumps(facts, sort_keys=True).encode())
     for a in arrays:
-        h.update(a.tobytes())
+        h.update(np.ascontiguousarray(a))  # its bytes, not copied
     return h.hexdigest()
 
 
@@ -75,7 +76,7 @@ def _write_tables(path: Path, tables: dict) -> None:
     table = tables["table"]
     arrays = [
         np.frombuffer(b"".join(table), dtype=np.uint8),
-        np.cumsum([len(t) for t in table], dtype=np.int64),
+        np.cumsum(np.fromiter(map(len, table), dtype=np.int64, count=len(table))),
         np.array(tables["byte_ids"], dtype=np.int32),
         np.array(tables["merge_ids"], dtype=np.int32).reshape(-1, 3),
     ]
@@ -84,9 +85,11 @@ def _write_tables(path: Path, tables: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        data = io.BytesIO()  # then one write: zipfile's many small writes and seeks cost more
+        np.savez(data, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+                 **dict(zip(ARRAYS, arrays, strict=True)))  # fmt: skip
         with open(tmp, "wb") as f:
-            np.savez(f, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
-                     **dict(zip(ARRAYS, arrays, strict=True)))  # fmt: skip
+            f.write(data.getbuffer())
         os.replace(tmp, path)
     except OSError as e:  # only a cache: the tokenizer itself is fine
         log.warning("cannot keep the tokenizer tables in %s: %s", path, e)
