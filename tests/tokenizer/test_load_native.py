@@ -124,3 +124,22 @@ def test_c_serialization_is_the_digest_bytes(small_tokenizer):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(loading, "_load", None)
         assert formats.digest("p", [], table, small_tokenizer._merge_rows) == digest
+
+
+def test_c_split_gives_the_kept_tokens(small_tokenizer, tmp_path, monkeypatch):
+    """The tables file's tokens come back as they were, in C or in Python, and ends that do
+    not cut the blob exactly are refused."""
+    table = small_tokenizer._table
+    ends = np.cumsum([len(t) for t in table])
+    assert loading.split(b"".join(table), ends) == table
+    assert loading.split(b"", np.zeros(0, dtype=np.int64)) == []
+    for bad in ([3, 2, 5], [1, 2], [1, 9]):  # falling, short of the end, past it
+        with pytest.raises(ValueError, match="do not cut"):
+            loading.split(b"abcde", np.array(bad))
+    small_tokenizer.save(tmp_path / "tok")
+    Tokenizer.load(tmp_path / "tok", cache_dir=tmp_path / "c")  # keeps the tables
+    kept = Tokenizer.load(tmp_path / "tok", cache_dir=tmp_path / "c")
+    without_c = python_path(
+        monkeypatch, lambda: Tokenizer.load(tmp_path / "tok", cache_dir=tmp_path / "c")
+    )
+    assert kept._table == without_c._table == table

@@ -5,6 +5,7 @@
    merge_ids(table, special_ids, merges_txt) -> (byte_ids, merge_ids as int32 bytes), or None
    tiktoken_ranks(table, byte_ids, merge_ids, check_bpe) -> dict or None  (encoder's)
    serialize(table, indices=None) -> bytes            (formats.digest's length-prefixed tokens)
+   split(blob, ends) -> list[bytes]                  (tables.py's tokens from their file)
 
    None means "not the common case": the caller then takes the Python path, which gives the
    same result or names the bad entry. So the C code refuses anything unusual (escapes it does
@@ -242,6 +243,7 @@ static PyMethodDef methods[] = {
     {"merge_ids", merge_ids, METH_VARARGS, "table, special ids, merges.txt body -> ids or None"},
     {"tiktoken_ranks", load_tiktoken_ranks, METH_VARARGS, "tiktoken's ranks giving these ids, or None"},
     {"serialize", load_serialize, METH_VARARGS, "length-prefixed tokens (of indices) for the digest"},
+    {"split", load_split, METH_VARARGS, "blob, int64 ends -> the tokens (tables.py's file)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_load",

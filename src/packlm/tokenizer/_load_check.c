@@ -1,5 +1,6 @@
 /* _load_check.c: the tiktoken check of packlm.tokenizer._load (encoder.tiktoken_ranks, in C),
-   and the digest's serialization (formats.digest). See _load.c. */
+   the digest's serialization (formats.digest) and the tables file's tokens (tables.py).
+   See _load.c. */
 #include "_load_tokens.h"
 
 /* ---- the tiktoken check ------------------------------------------------------------------ */
@@ -213,3 +214,29 @@ PyObject *load_serialize(PyObject *self, PyObject *args) {
     return out;
 }
 
+
+/* ---- the tables cache's tokens --------------------------------------------------------- */
+
+/* blob cut at `ends` (int64, rising, the last at its end) -> list[bytes]: tables.py's
+   tokens back from their file without a Python slice per token. */
+PyObject *load_split(PyObject *self, PyObject *args) {
+    Py_buffer blob, ends;
+    if (!PyArg_ParseTuple(args, "y*y*", &blob, &ends)) return NULL;
+    const int64_t *end = ends.buf;
+    Py_ssize_t n = ends.len / (Py_ssize_t)sizeof(int64_t), at = 0;
+    PyObject *out = NULL;
+    int fits = ends.len % sizeof(int64_t) == 0 && (n ? end[n - 1] : 0) == blob.len;
+    for (Py_ssize_t k = 0; fits && k < n; k++) fits = end[k] >= (k ? end[k - 1] : 0);
+    if (!fits) PyErr_SetString(PyExc_ValueError, "split: ends do not cut the blob");
+    else if ((out = PyList_New(n)))
+        for (Py_ssize_t k = 0; k < n; at = end[k++]) {
+            PyObject *b = PyBytes_FromStringAndSize((const char *)blob.buf + at, end[k] - at);
+            if (!b) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyList_SET_ITEM(out, k, b);
+        }
+    PyBuffer_Release(&blob), PyBuffer_Release(&ends);
+    return out;
+}

@@ -79,3 +79,11 @@ def serialized(table: list[bytes], indices: np.ndarray | None = None) -> bytes |
     if indices is None:
         return _load.serialize(table)
     return _load.serialize(table, np.ascontiguousarray(indices, dtype=np.int32).tobytes())
+
+
+def split(blob: bytes, ends: np.ndarray) -> list[bytes] | None:
+    """[blob[a:b] for the (a, b) that `ends` (rising; the last is len(blob)) cut], in one C
+    call; ValueError where they do not cut it so; None when C is not built."""
+    if _load is None:
+        return None
+    return _load.split(blob, np.ascontiguousarray(ends, dtype=np.int64).tobytes())

@@ -108,8 +108,11 @@ def _read_tables(path: Path) -> dict | None:
         if meta["format"] != TABLES_FORMAT or meta["sha256"] != _checksum(facts, arrays):
             raise ValueError("checksum or format mismatch")
         tokens, ends, byte_ids, merge_ids = arrays
-        blob, ends = tokens.tobytes(), ends.tolist()
-        table = [blob[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        blob = tokens.tobytes()
+        table = loading.split(blob, ends)
+        if table is None:  # no C: the same slices in Python
+            ends = ends.tolist()
+            table = [blob[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
         return {"table": table, "byte_ids": byte_ids.tolist(), "merge_ids": merge_ids, **facts}
     except (FileNotFoundError, NotADirectoryError):
         return None
