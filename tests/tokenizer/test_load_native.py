@@ -3,12 +3,14 @@ leaves every input it does not fully understand to it (which names the bad entry
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
 import pytest
+import regex
 
-from packlm.tokenizer import Tokenizer, encoder, formats, loading
+from packlm.tokenizer import Tokenizer, encoder, formats, hf, loading
 
 EOT = "<|endoftext|>"
 TEXT = "Hello, naïve 🙂 world\n\n  def f(x):\n\treturn x <|endoftext|> 'tis 1234567"
@@ -143,3 +145,43 @@ def test_c_split_gives_the_kept_tokens(small_tokenizer, tmp_path, monkeypatch):
         monkeypatch, lambda: Tokenizer.load(tmp_path / "tok", cache_dir=tmp_path / "c")
     )
     assert kept._table == without_c._table == table
+
+
+def test_tokenizer_json_gives_the_python_tables(small_tokenizer, tmp_path, monkeypatch):
+    """A tokenizer.json's tables found in C are those of the Python path, for merges as
+    strings or pairs, added tokens inside the vocab, after it or literal UTF-8, and extra
+    special tokens; a file the Python path refuses is refused the same way."""
+    small_tokenizer.save_hf(tmp_path / "base.json")
+    base = json.loads((tmp_path / "base.json").read_text(encoding="utf-8"))
+    size = len(base["model"]["vocab"])
+    variants = {
+        "strings": lambda s: s,
+        "pairs": lambda s: s["model"].update(merges=[m.split(" ") for m in s["model"]["merges"]]),
+        "added": lambda s: s["added_tokens"].extend(
+            [{"id": size, "content": "<|new|>"}, {"id": 3, "content": "<|kept|>"}]
+        ),
+        "literal": lambda s: (
+            s["model"]["vocab"].update({"<|ünï|>": size})
+            or s["added_tokens"].append({"id": size, "content": "<|ünï|>"})
+        ),
+        "gap": lambda s: s["added_tokens"].append({"id": size + 5, "content": "<|far|>"}),
+        "not byte-level": lambda s: s["model"]["vocab"].update({"a b": size}),
+    }
+    refused = set()
+    for name, change in variants.items():
+        spec = json.loads(json.dumps(base))
+        change(spec)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+        load = lambda p=path: hf.load_tokenizer_json(Tokenizer, p, ["<|extra|>"])  # noqa: E731
+        try:
+            expected = python_path(monkeypatch, load)
+        except ValueError as e:
+            with pytest.raises(ValueError, match=regex.escape(str(e))):
+                load()
+            refused.add(name)
+            continue
+        fast = load()
+        assert fast._merges is None, name  # from the C tables
+        same_tables(fast, expected)
+    assert refused == {"gap", "not byte-level"}

@@ -2,6 +2,7 @@
    in formats.py and encoder.py is the oracle the tests compare against).
 
    vocab_json(data, specials) -> list[bytes] in id order, or None
+   vocab_dict(vocab, specials) -> the same from a dict {text: id} (a tokenizer.json's)
    merge_ids(table, special_ids, merges_txt) -> (byte_ids, merge_ids as int32 bytes), or None
    tiktoken_ranks(table, byte_ids, merge_ids, check_bpe) -> dict or None  (encoder's)
    serialize(table, indices=None) -> bytes            (formats.digest's length-prefixed tokens)
@@ -154,6 +155,58 @@ out:
     return result;
 }
 
+/* A tokenizer.json's vocab, already a dict {text: id}: the same table (None where vocab_json
+   would give None). `specials`: the texts kept as their UTF-8, not in the byte map. */
+static PyObject *vocab_dict(PyObject *self, PyObject *args) {
+    PyObject *dict, *specials, *key, *value, *result = Py_None, *table;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &dict, &PyTuple_Type, &specials)) return NULL;
+    Py_ssize_t count = PyDict_GET_SIZE(dict), pos = 0;
+    Tokens seen = {0};
+    if (!(table = PyList_New(count))) return NULL; /* items NULL until set */
+    if (tokens_init(&seen, count) < 0) {
+        PyErr_NoMemory();
+        result = NULL;
+        goto out;
+    }
+    while (count && PyDict_Next(dict, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key) || !PyLong_CheckExact(value)) goto out;
+        long id = PyLong_AsLong(value);
+        if (id == -1 && PyErr_Occurred()) PyErr_Clear();
+        if (id < 0 || id >= count || PyList_GET_ITEM(table, id)) goto out; /* a gap or twice */
+        int special = 0;
+        for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(specials) && !special; s++)
+            special = PyUnicode_Compare(key, PyTuple_GET_ITEM(specials, s)) == 0;
+        PyObject *token;
+        if (special) token = PyUnicode_AsUTF8String(key);
+        else {
+            Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+            int kind = PyUnicode_KIND(key);
+            const void *data = PyUnicode_DATA(key);
+            if (!(token = PyBytes_FromStringAndSize(NULL, n))) goto fail;
+            for (Py_ssize_t j = 0; j < n; j++) {
+                Py_UCS4 cp = PyUnicode_READ(kind, data, j);
+                if (cp >= 324 || BYTE_OF[cp] < 0) {
+                    Py_DECREF(token);
+                    goto out;
+                }
+                PyBytes_AS_STRING(token)[j] = (char)BYTE_OF[cp];
+            }
+        }
+        if (!token) goto fail;
+        PyList_SET_ITEM(table, id, token); /* the table keeps it alive for `seen` */
+        if (tokens_find(&seen, PyBytes_AS_STRING(token), PyBytes_GET_SIZE(token), 0) >= 0) goto out;
+    }
+    if (count) result = table, table = NULL;
+    goto out;
+fail:
+    result = NULL;
+out:
+    Py_XINCREF(result);
+    Py_XDECREF(table);
+    tokens_free(&seen);
+    return result;
+}
+
 /* ---- merges.txt -> ids --------------------------------------------------------------- */
 
 /* The bytes of the byte-to-unicode token p[*i:] up to a space or newline (advancing *i)
@@ -240,6 +293,7 @@ out:
 
 static PyMethodDef methods[] = {
     {"vocab_json", vocab_json, METH_VARARGS, "vocab.json bytes, specials (UTF-8) -> table or None"},
+    {"vocab_dict", vocab_dict, METH_VARARGS, "{text: id}, specials -> table or None"},
     {"merge_ids", merge_ids, METH_VARARGS, "table, special ids, merges.txt body -> ids or None"},
     {"tiktoken_ranks", load_tiktoken_ranks, METH_VARARGS, "tiktoken's ranks giving these ids, or None"},
     {"serialize", load_serialize, METH_VARARGS, "length-prefixed tokens (of indices) for the digest"},

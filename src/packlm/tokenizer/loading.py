@@ -34,9 +34,38 @@ def gpt2_tables(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
             merges = f.read()
     except OSError:  # the Python path names the file
         return None
-    table = _load.vocab_json(vocab, tuple(s.encode("utf-8") for s in special_tokens))
+    if merges.startswith(b"#version"):
+        header, _, merges = merges.partition(b"\n")
+        try:
+            header.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return byte_level_tables(vocab, merges, special_tokens)
+
+
+def byte_level_tables(vocab: bytes | dict, merges: bytes, special_tokens: list[str],
+                      literal: list[str] | None = None, added=()) -> dict | None:  # fmt: skip
+    """`gpt2_tables` of a vocab.json's bytes or a {text: id} dict (the texts of `literal`,
+    default the special tokens, as UTF-8, the rest in GPT-2's byte map) and merges.txt's
+    lines, or None. `added`: (id, text) tokens taking their id where the vocab has none (a
+    tokenizer.json's added_tokens), as `hf.read_tokenizer_json` + `encoder.id_tables` place
+    them."""
+    if _load is None:
+        return None
+    literal = special_tokens if literal is None else literal
+    if isinstance(vocab, dict):
+        table = _load.vocab_dict(vocab, tuple(literal))
+    else:
+        table = _load.vocab_json(vocab, tuple(s.encode("utf-8") for s in literal))
     if table is None:
         return None
+    if not all(type(i) is int and type(text) is str for i, text in added):
+        return None
+    for i, text in sorted(added, key=lambda t: t[0]):  # stable: the first of an id stays
+        if i == len(table):
+            table.append(text.encode("utf-8"))
+        elif i > len(table):  # a gap: the Python path names it
+            return None
     specials = {}
     for s in special_tokens:  # as `encoder.id_tables` finds them (no token is there twice)
         token = s.encode("utf-8")
@@ -45,12 +74,6 @@ def gpt2_tables(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
         except ValueError:
             specials[s] = len(table)
             table.append(token)
-    if merges.startswith(b"#version"):
-        header, _, merges = merges.partition(b"\n")
-        try:
-            header.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
     found = _load.merge_ids(table, frozenset(specials.values()), merges)
     if found is None:
         return None

@@ -161,11 +161,7 @@ def load_path(
         if path.is_dir() and (path / "tokenizer.json").is_file():
             path = path / "tokenizer.json"
         if path.is_file() and path.suffix == ".json":
-            spec = hf.read_tokenizer_json(path)
-            spec["special_tokens"] = specials + [
-                s for s in spec["special_tokens"] if s not in specials
-            ]
-            return Tokenizer(**spec)
+            return hf.load_tokenizer_json(Tokenizer, path, specials)
         if path.is_file() and path.suffix == ".tiktoken":
             vocab, merges = formats.read_tiktoken(path)
             return Tokenizer(vocab, merges, specials, pattern)
