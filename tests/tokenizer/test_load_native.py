@@ -3,6 +3,7 @@ leaves every input it does not fully understand to it (which names the bad entry
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 
@@ -185,3 +186,45 @@ def test_tokenizer_json_gives_the_python_tables(small_tokenizer, tmp_path, monke
         assert fast._merges is None, name  # from the C tables
         same_tables(fast, expected)
     assert refused == {"gap", "not byte-level"}
+
+
+def test_tiktoken_file_gives_the_python_tables(small_tokenizer, tmp_path, monkeypatch):
+    """A .tiktoken file's tokens and recovered merges found in C are those of the Python
+    path; any file the C path does not take (a bad line, a gap, a token that is no merge of
+    two lower ranks, CRLF, a special token among the ranks) gives the Python path's result."""
+    from packlm.errors import ConfigError
+    from packlm.tokenizer.obtain import load_path
+
+    ranks = small_tokenizer._tiktoken_ranks()  # ids 2.. (the special tokens come first)
+    tokens = sorted(ranks, key=ranks.__getitem__)
+    lines = [f"{base64.b64encode(t).decode()} {i}" for i, t in enumerate(tokens)]
+    word = next(t for t in tokens if len(t) > 2 and t.isalpha()).decode()  # a merged token
+    variants = {
+        "plain": lines,
+        "shuffled": random.Random(0).sample(lines, len(lines)),
+        "crlf": [line + "\r" for line in lines],
+        "empty line": [*lines[:5], "", *lines[5:]],
+        "gap": [*lines[:-1], lines[-1].split()[0] + f" {len(lines) + 3}"],
+        "bad base64": ["QQ " + lines[0].split()[1], *lines[1:]],
+        "no merge": [*lines, f"{base64.b64encode(b'zzqq').decode()} {len(lines)}"],
+    }
+    specials = {"special inside": ["<|endoftext|>", word]}
+    taken, refused = set(), set()
+    for name, body in [*variants.items(), ("special inside", lines)]:
+        path = tmp_path / f"{name.replace(' ', '_')}.tiktoken"
+        path.write_text("\n".join(body) + "\n", encoding="utf-8")
+        special_tokens = specials.get(name, ["<|endoftext|>"])
+        load = lambda p=path, s=special_tokens: load_path(p, special_tokens=s)  # noqa: E731
+        try:
+            expected = python_path(monkeypatch, load)
+        except ConfigError as e:
+            with pytest.raises(ConfigError, match=regex.escape(str(e))):
+                load()
+            refused.add(name)
+            continue
+        fast = load()
+        if fast._merges is None:  # from the C tables
+            taken.add(name)
+        same_tables(fast, expected)
+    assert taken == {"plain", "shuffled"}
+    assert refused == {"gap", "bad base64", "no merge", "special inside"}

@@ -7,6 +7,7 @@
    tiktoken_ranks(table, byte_ids, merge_ids, check_bpe) -> dict or None  (encoder's)
    serialize(table, indices=None) -> bytes            (formats.digest's length-prefixed tokens)
    split(blob, ends) -> list[bytes]                  (tables.py's tokens from their file)
+   tiktoken_file(data) -> (table, byte_ids, merge_ids as int32 bytes), or None (_load_tiktoken.c)
 
    None means "not the common case": the caller then takes the Python path, which gives the
    same result or names the bad entry. So the C code refuses anything unusual (escapes it does
@@ -297,6 +298,7 @@ static PyMethodDef methods[] = {
     {"merge_ids", merge_ids, METH_VARARGS, "table, special ids, merges.txt body -> ids or None"},
     {"tiktoken_ranks", load_tiktoken_ranks, METH_VARARGS, "tiktoken's ranks giving these ids, or None"},
     {"serialize", load_serialize, METH_VARARGS, "length-prefixed tokens (of indices) for the digest"},
+    {"tiktoken_file", load_tiktoken_file, METH_VARARGS, ".tiktoken bytes -> (table, byte ids, merges) or None"},
     {"split", load_split, METH_VARARGS, "blob, int64 ends -> the tokens (tables.py's file)"},
     {NULL, NULL, 0, NULL}};
 

@@ -83,6 +83,28 @@ def byte_level_tables(vocab: bytes | dict, merges: bytes, special_tokens: list[s
             "special_token_ids": specials}  # fmt: skip
 
 
+def tiktoken_tables(path: str | os.PathLike, special_tokens: list[str]) -> dict | None:
+    """What `Tokenizer._from_tables` takes from a .tiktoken ranks file, each merge recovered
+    in C as `formats.read_tiktoken` does it; None for anything unusual (or a special token
+    already among the ranks): the Python path then reads it, or names what is wrong."""
+    if _load is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            found = _load.tiktoken_file(f.read())
+    except OSError:
+        return None
+    if found is None:
+        return None
+    table, byte_ids, rows = found
+    specials = {s: len(table) + k for k, s in enumerate(special_tokens)}
+    if set(table).intersection(s.encode("utf-8") for s in special_tokens):
+        return None
+    table += [s.encode("utf-8") for s in special_tokens]
+    return {"table": table, "byte_ids": byte_ids, "special_token_ids": specials,
+            "merge_ids": np.frombuffer(rows, dtype=np.int32).reshape(-1, 3)}  # fmt: skip
+
+
 def tiktoken_ranks(table: list[bytes], byte_ids: list[int], merge_ids, check_bpe: bool):
     """`encoder.tiktoken_ranks` in C: the ranks (token bytes -> id), False where no ranks
     give merge-order BPE's ids (`check_bpe`: checking that every merged token encodes to
