@@ -122,8 +122,9 @@ def load_tokenizer_json(cls, path: str | os.PathLike, special_tokens: list[str])
     merges, tables = model.get("merges") or [], None
     if isinstance(model.get("vocab"), dict) and isinstance(merges, list):
         if set(map(type, merges)) == {list}:  # newer files: [left, right] pairs
-            pairs = set(map(len, merges)) == {2} and set(map(type, chain(*merges))) == {str}
-            merges = [" ".join(m) for m in merges] if pairs else None
+            flat = chain.from_iterable(merges)
+            pairs = set(map(len, merges)) == {2} and set(map(type, flat)) == {str}
+            merges = list(map(" ".join, merges)) if pairs else None
         if merges is not None and set(map(type, merges)) <= {str}:
             added = [(t["id"], t["content"]) for t in spec.get("added_tokens") or []]
             lines = "\n".join(merges).encode("utf-8")
