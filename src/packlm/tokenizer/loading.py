@@ -1,16 +1,17 @@
-"""GPT-2 style files -> a tokenizer's tables, and the tiktoken check, in a few C calls.
+"""Tokenizer files -> a tokenizer's tables, and the tiktoken check, in a few C calls.
 
 `_load.c` (built with the merge loop by `pip install`; optional) parses vocab.json and
-merges.txt, finds the ids of every merge and runs the tiktoken check of
-`encoder.tiktoken_ranks` without a Python object per merge. It takes only the common case:
-anything else (the extension not built, an escape it does not know, a duplicate id or
-token, a gap, a character outside GPT-2's byte map, a merge not in the vocab) returns None,
-and the caller takes the Python path (formats.py, `encoder.id_tables`), which gives the same
-tables or names the bad entry.
+merges.txt (or a tokenizer.json's vocab and merges, or a .tiktoken file), finds the ids of
+every merge and runs the tiktoken check of `encoder.tiktoken_ranks` without a Python object
+per merge. It takes only the common case: anything else (the extension not built, an escape
+it does not know, a duplicate id or token, a gap, a character outside GPT-2's byte map, a
+merge not in the vocab) returns None, and the caller takes the Python path (formats.py,
+hf.py, `encoder.id_tables`), which gives the same tables or names the bad entry.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -18,6 +19,14 @@ import numpy as np
 try:
     from packlm.tokenizer import _load
 except ImportError:  # pragma: no cover - exercised only without a compiler
+    _load = None
+
+FUNCTIONS = ("vocab_json", "vocab_dict", "merge_ids", "tiktoken_ranks", "serialize", "split",
+             "tiktoken_file")  # fmt: skip
+if _load is not None and not all(hasattr(_load, f) for f in FUNCTIONS):  # pragma: no cover
+    logging.getLogger(__name__).warning(
+        "%s was built from older sources (rebuild: pip install -e .); loading tokenizers "
+        "takes the Python path", _load.__file__)  # fmt: skip
     _load = None
 
 
