@@ -12,7 +12,11 @@ setup(
         ),
         Extension(
             "packlm.tokenizer._load",
-            ["src/packlm/tokenizer/_load.c", "src/packlm/tokenizer/_load_check.c"],
+            [
+                "src/packlm/tokenizer/_load.c",
+                "src/packlm/tokenizer/_load_check.c",
+                "src/packlm/tokenizer/_load_tiktoken.c",
+            ],
             optional=True,
         ),
     ]

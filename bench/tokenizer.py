@@ -123,18 +123,22 @@ def child_encode(saved: str, repeat: int) -> dict:
     return {"rows": rows, "megabytes": megabytes}
 
 
-def child_load(which: str, saved: str, cache_dir: str) -> dict:
-    """Seconds from GPT-2's files (or packlm's saved copy) to the first encode, with every
+def child_load(which: str, root: str, cache_dir: str) -> dict:
+    """Seconds from the files (GPT-2's, or packlm's saved copy, a tokenizer.json or a
+    .tiktoken file of the same vocabulary under `root`) to the first encode, with every
     import done before (packlm's lazy ones too). cache_dir "-": none, else packlm's."""
     import tiktoken
     import tokenizers
+    from tiktoken.load import load_tiktoken_bpe
 
     import packlm.tokenizer.obtain  # noqa: F401
     from packlm.tokenizer import GPT2_PATTERN, Tokenizer
     from packlm.tokenizer.formats import from_unicode
+    from packlm.tokenizer.obtain import load_path
 
     vocab, merges = GPT2_FILES
-    cache, text = (None if cache_dir == "-" else cache_dir), "Hello world"
+    root, text = Path(root), "Hello world"
+    cache = None if cache_dir == "-" else cache_dir
 
     def hf() -> list[int]:
         tok = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(str(vocab), str(merges)))
@@ -148,61 +152,110 @@ def child_load(which: str, saved: str, cache_dir: str) -> dict:
                                 special_tokens={SPECIAL: table[SPECIAL]})  # fmt: skip
         return enc.encode(text)
 
-    def packlm() -> list[int]:
-        if which == "packlm-files":
-            return Tokenizer.from_files(vocab, merges, [SPECIAL], cache_dir=cache).encode(text)
-        return Tokenizer.load(saved, cache_dir=cache).encode(text)
+    def tik_file() -> list[int]:
+        ranks = load_tiktoken_bpe(str(root / "gpt2.tiktoken"))
+        enc = tiktoken.Encoding("gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                                special_tokens={SPECIAL: len(ranks)})  # fmt: skip
+        return enc.encode(text)
 
-    start = time.perf_counter()
-    ids = {"hf": hf, "tiktoken": tik}.get(which, packlm)()
-    return {"wall": time.perf_counter() - start, "ids": list(ids)}
+    loaders = {
+        "hf": hf, "tiktoken": tik, "tiktoken-file": tik_file,
+        "hf-json": lambda: tokenizers.Tokenizer.from_file(str(root / "tokenizer.json"))
+        .encode(text).ids,
+        "packlm-files": lambda: Tokenizer.from_files(vocab, merges, [SPECIAL], cache_dir=cache)
+        .encode(text),
+        "packlm-saved": lambda: Tokenizer.load(root / "saved", cache_dir=cache).encode(text),
+        "packlm-json": lambda: load_path(root / "tokenizer.json", special_tokens=[SPECIAL])
+        .encode(text),
+        "packlm-tiktoken": lambda: load_path(root / "gpt2.tiktoken", special_tokens=[SPECIAL])
+        .encode(text),
+    }  # fmt: skip
+    start, cpu = time.perf_counter(), time.process_time()
+    ids = loaders[which]()
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {"wall": wall, "cpu": cpu, "ids": list(ids)}
 
 
 COLD, WARM = "  cache_dir, first load (empty)", "  cache_dir, tables kept"
 LOADERS = {  # (loader, cache_dir kind) -> row
     ("hf", "-"): "tokenizers BPE.from_file", ("tiktoken", "-"): "tiktoken Encoding from vocab.json",
     ("packlm-files", "-"): "packlm Tokenizer.from_files", ("packlm-files", "cold"): COLD,
-    ("packlm-files", "warm"): WARM, ("packlm-saved", "-"): "packlm Tokenizer.load (saved dir)",
+    ("packlm-files", "warm"): WARM,
+    ("packlm-files", "first"): "  no cache_dir, no engine_patterns store",
+    ("packlm-saved", "-"): "packlm Tokenizer.load (saved dir)",
     ("packlm-saved", "cold"): COLD, ("packlm-saved", "warm"): WARM,
+    ("hf-json", "-"): "tokenizers Tokenizer.from_file (.json)",
+    ("packlm-json", "-"): "packlm tokenizer.path=tokenizer.json",
+    ("tiktoken-file", "-"): "tiktoken load_tiktoken_bpe (.tiktoken)",
+    ("packlm-tiktoken", "-"): "packlm tokenizer.path=gpt2.tiktoken",
 }  # fmt: skip
+REFERENCE = {"packlm-json": "hf-json", "packlm-tiktoken": "tiktoken-file"}  # else "hf"
+
+
+def write_load_files(root: Path) -> None:
+    """GPT-2's vocabulary as packlm's saved directory, a tokenizer.json written by HF
+    `tokenizers` itself and a .tiktoken file (tiktoken's dump format)."""
+    import base64
+
+    import tokenizers
+
+    from packlm.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_files(*GPT2_FILES, [SPECIAL])
+    tok.save(root / "saved")
+    hf = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(*map(str, GPT2_FILES)))
+    hf.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.add_special_tokens([SPECIAL])
+    hf.save(str(root / "tokenizer.json"))
+    ranks = sorted(tok._tiktoken_ranks().items(), key=lambda item: item[1])
+    lines = [f"{base64.b64encode(t).decode()} {i}\n" for t, i in ranks]
+    (root / "gpt2.tiktoken").write_text("".join(lines), encoding="ascii")
 
 
 def load_table(repeat: int) -> None:
-    """The loading benchmark: each loader in fresh processes, median of `repeat`. A "cold"
-    run gets a new empty cache_dir; "warm" runs share one that a first load filled."""
-    from packlm.tokenizer import Tokenizer
-
+    """The loading benchmark: each loader in fresh processes, median of `repeat`, its
+    ratios against its reference (HF `tokenizers` reading GPT-2's files, or the same
+    library reading the same file). A "cold" run gets a new empty cache_dir; "warm" runs
+    share one that a first load filled; a "first" run has no cache_dir and an empty user
+    cache (`XDG_CACHE_HOME`): the first load on a machine, which also probes tiktoken's
+    Unicode classes (`engine_pattern`). CPU time is the child's own, steadier than wall
+    time on a busy machine."""
     with tempfile.TemporaryDirectory() as tmp:
-        saved, warm = str(Path(tmp) / "saved"), str(Path(tmp) / "warm")
-        Tokenizer.from_files(*GPT2_FILES, [SPECIAL]).save(saved)
+        root, warm = Path(tmp), str(Path(tmp) / "warm")
+        write_load_files(root)
         for which in ("packlm-files", "packlm-saved"):
-            run_child(["load", which, saved, warm])  # fills the warm cache_dir
+            run_child(["load", which, tmp, warm])  # fills the warm cache_dir
 
-        runs, dirs = {key: [] for key in LOADERS}, {"-": "-", "warm": warm}
+        runs, dirs = {key: [] for key in LOADERS}, {"-": "-", "first": "-", "warm": warm}
         for k in range(repeat):  # round robin: every row sees the same machine load
             for w, kind in LOADERS:  # a cold run: a new, empty cache_dir
-                cache = dirs.get(kind) or str(Path(tmp) / f"{w}-cold{k}")
-                runs[w, kind].append(run_child(["load", w, saved, cache]))
-    walls = {key: [r["wall"] for r in rs] for key, rs in runs.items()}
-    hf, hf_best = statistics.median(walls["hf", "-"]), min(walls["hf", "-"])
-    print(f"{'GPT-2 files -> first encode':40} {'median s':>8} {'x HF':>6} {'best s':>7} "
-          f"{'x HF':>6}  same ids")  # fmt: skip
+                cache = dirs.get(kind) or str(root / f"{w}-cold{k}")
+                env = {**os.environ, "XDG_CACHE_HOME": str(root / f"user{k}")}
+                runs[w, kind].append(
+                    run_child(["load", w, tmp, cache], env if kind == "first" else None)
+                )
+    median = {key: {m: statistics.median(r[m] for r in rs) for m in ("wall", "cpu")}
+              for key, rs in runs.items()}  # fmt: skip
+    print(f"{'files -> first encode':40} {'wall s':>7} {'x ref':>6} {'spread':>11} "
+          f"{'CPU s':>7} {'x ref':>6}  same ids  reference")  # fmt: skip
     for key, name in LOADERS.items():
-        wall, best = statistics.median(walls[key]), min(walls[key])
+        ref = (REFERENCE.get(key[0], "hf"), "-")
+        wall, cpu = median[key]["wall"], median[key]["cpu"]
+        low, high = (f(r["wall"] for r in runs[key]) / median[ref]["wall"] for f in (min, max))
         same = all(r["ids"] == runs["hf", "-"][0]["ids"] for r in runs[key])
-        ratios = f"{wall / hf:6.2f} {best:7.3f} {best / hf_best:6.2f}"
-        print(f"{name:40} {wall:8.3f} {ratios}  {same}")
-    print(f"({repeat} fresh processes per row, round robin; load average "
-          f"{os.getloadavg()[0]:.2f})")  # fmt: skip
+        print(f"{name:40} {wall:7.3f} {wall / median[ref]['wall']:6.2f} {low:5.2f}-{high:<5.2f} "
+              f"{cpu:7.3f} {cpu / median[ref]['cpu']:6.2f}  {same!s:8}  {LOADERS[ref].strip()}")  # fmt: skip
+    print(f"({repeat} fresh processes per row, round robin; medians; spread: each run's wall "
+          f"over the reference's median; load average {os.getloadavg()[0]:.2f})")  # fmt: skip
 
 
 # ---- parent ---------------------------------------------------------------------------
 
 
-def run_child(args: list[str]) -> dict:
+def run_child(args: list[str], env: dict | None = None) -> dict:
     """Run this script as a child job, unobserved (sampling its memory would slow it)."""
     out = subprocess.run([sys.executable, __file__, "--child", *args], stdout=subprocess.PIPE,
-                         text=True, check=True).stdout  # fmt: skip
+                         text=True, check=True, env=env).stdout  # fmt: skip
     return json.loads(out.strip().splitlines()[-1])
 
 

@@ -3,12 +3,15 @@ leaves every input it does not fully understand to it (which names the bad entry
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 
 import numpy as np
 import pytest
+import regex
 
-from packlm.tokenizer import Tokenizer, encoder, formats, loading
+from packlm.tokenizer import Tokenizer, encoder, formats, hf, loading
 
 EOT = "<|endoftext|>"
 TEXT = "Hello, naïve 🙂 world\n\n  def f(x):\n\treturn x <|endoftext|> 'tis 1234567"
@@ -86,18 +89,22 @@ def test_bad_merge_lines_go_to_the_python_path(tmp_path, small_tokenizer):
 
 def test_c_check_agrees_with_bpe_of_every_merged_token():
     """On random merge lists (about half with a token that does not encode to itself), the
-    C verdict is the Python one, and its ranks are tiktoken's."""
+    C verdict is the Python one, and its ranks are tiktoken's. A quarter of the lists are
+    shuffled, so that a merge can take a part made only later (the C check then runs BPE on
+    every merged token instead of walking the pairs across each merge's boundary)."""
     outcomes = set()
-    for seed in range(800):
+    for seed in range(1200):
         rng = random.Random(seed)
-        vocab = {i: bytes([i]) for i in range(256)}
         tokens, merges = [bytes([97 + i]) for i in range(rng.randint(1, 3))], []
-        for _ in range(rng.randint(1, 12)):
+        for _ in range(rng.randint(1, 20)):
             a, b = rng.choice(tokens), rng.choice(tokens)
-            if a + b not in tokens and len(a + b) <= 8:
+            if a + b not in tokens and len(a + b) <= 12:
                 tokens.append(a + b)
                 merges.append((a, b))
-                vocab[len(vocab)] = a + b
+        if seed % 4 == 0:
+            rng.shuffle(merges)
+        vocab = {i: bytes([i]) for i in range(256)}
+        vocab.update({256 + k: a + b for k, (a, b) in enumerate(merges)})  # ids in merge order
         tok = Tokenizer(vocab, merges, engine="python")
         reference = tok._python_encoder()
         slow = all(reference.encode_piece(tok.vocab[c]) == [c] for _, _, c in tok._merge_ids)
@@ -120,3 +127,104 @@ def test_c_serialization_is_the_digest_bytes(small_tokenizer):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(loading, "_load", None)
         assert formats.digest("p", [], table, small_tokenizer._merge_rows) == digest
+
+
+def test_c_split_gives_the_kept_tokens(small_tokenizer, tmp_path, monkeypatch):
+    """The tables file's tokens come back as they were, in C or in Python, and ends that do
+    not cut the blob exactly are refused."""
+    table = small_tokenizer._table
+    ends = np.cumsum([len(t) for t in table])
+    assert loading.split(b"".join(table), ends) == table
+    assert loading.split(b"", np.zeros(0, dtype=np.int64)) == []
+    for bad in ([3, 2, 5], [1, 2], [1, 9]):  # falling, short of the end, past it
+        with pytest.raises(ValueError, match="do not cut"):
+            loading.split(b"abcde", np.array(bad))
+    small_tokenizer.save(tmp_path / "tok")
+    Tokenizer.load(tmp_path / "tok", cache_dir=tmp_path / "c")  # keeps the tables
+    kept = Tokenizer.load(tmp_path / "tok", cache_dir=tmp_path / "c")
+    without_c = python_path(
+        monkeypatch, lambda: Tokenizer.load(tmp_path / "tok", cache_dir=tmp_path / "c")
+    )
+    assert kept._table == without_c._table == table
+
+
+def test_tokenizer_json_gives_the_python_tables(small_tokenizer, tmp_path, monkeypatch):
+    """A tokenizer.json's tables found in C are those of the Python path, for merges as
+    strings or pairs, added tokens inside the vocab, after it or literal UTF-8, and extra
+    special tokens; a file the Python path refuses is refused the same way."""
+    small_tokenizer.save_hf(tmp_path / "base.json")
+    base = json.loads((tmp_path / "base.json").read_text(encoding="utf-8"))
+    size = len(base["model"]["vocab"])
+    variants = {
+        "strings": lambda s: s,
+        "pairs": lambda s: s["model"].update(merges=[m.split(" ") for m in s["model"]["merges"]]),
+        "added": lambda s: s["added_tokens"].extend(
+            [{"id": size, "content": "<|new|>"}, {"id": 3, "content": "<|kept|>"}]
+        ),
+        "literal": lambda s: (
+            s["model"]["vocab"].update({"<|ünï|>": size})
+            or s["added_tokens"].append({"id": size, "content": "<|ünï|>"})
+        ),
+        "gap": lambda s: s["added_tokens"].append({"id": size + 5, "content": "<|far|>"}),
+        "not byte-level": lambda s: s["model"]["vocab"].update({"a b": size}),
+    }
+    refused = set()
+    for name, change in variants.items():
+        spec = json.loads(json.dumps(base))
+        change(spec)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+        load = lambda p=path: hf.load_tokenizer_json(Tokenizer, p, ["<|extra|>"])  # noqa: E731
+        try:
+            expected = python_path(monkeypatch, load)
+        except ValueError as e:
+            with pytest.raises(ValueError, match=regex.escape(str(e))):
+                load()
+            refused.add(name)
+            continue
+        fast = load()
+        assert fast._merges is None, name  # from the C tables
+        same_tables(fast, expected)
+    assert refused == {"gap", "not byte-level"}
+
+
+def test_tiktoken_file_gives_the_python_tables(small_tokenizer, tmp_path, monkeypatch):
+    """A .tiktoken file's tokens and recovered merges found in C are those of the Python
+    path; any file the C path does not take (a bad line, a gap, a token that is no merge of
+    two lower ranks, CRLF, a special token among the ranks) gives the Python path's result."""
+    from packlm.errors import ConfigError
+    from packlm.tokenizer.obtain import load_path
+
+    ranks = small_tokenizer._tiktoken_ranks()  # ids 2.. (the special tokens come first)
+    tokens = sorted(ranks, key=ranks.__getitem__)
+    lines = [f"{base64.b64encode(t).decode()} {i}" for i, t in enumerate(tokens)]
+    word = next(t for t in tokens if len(t) > 2 and t.isalpha()).decode()  # a merged token
+    variants = {
+        "plain": lines,
+        "shuffled": random.Random(0).sample(lines, len(lines)),
+        "crlf": [line + "\r" for line in lines],
+        "empty line": [*lines[:5], "", *lines[5:]],
+        "gap": [*lines[:-1], lines[-1].split()[0] + f" {len(lines) + 3}"],
+        "bad base64": ["QQ " + lines[0].split()[1], *lines[1:]],
+        "no merge": [*lines, f"{base64.b64encode(b'zzqq').decode()} {len(lines)}"],
+    }
+    specials = {"special inside": ["<|endoftext|>", word]}
+    taken, refused = set(), set()
+    for name, body in [*variants.items(), ("special inside", lines)]:
+        path = tmp_path / f"{name.replace(' ', '_')}.tiktoken"
+        path.write_text("\n".join(body) + "\n", encoding="utf-8")
+        special_tokens = specials.get(name, ["<|endoftext|>"])
+        load = lambda p=path, s=special_tokens: load_path(p, special_tokens=s)  # noqa: E731
+        try:
+            expected = python_path(monkeypatch, load)
+        except ConfigError as e:
+            with pytest.raises(ConfigError, match=regex.escape(str(e))):
+                load()
+            refused.add(name)
+            continue
+        fast = load()
+        if fast._merges is None:  # from the C tables
+            taken.add(name)
+        same_tables(fast, expected)
+    assert taken == {"plain", "shuffled"}
+    assert refused == {"gap", "bad base64", "no merge", "special inside"}

@@ -8,6 +8,7 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packlm.tokenizer import pretokenize
 from packlm.tokenizer.pretokenize import (
     PATTERNS,
     resolve_pattern,
@@ -94,6 +95,8 @@ def test_split_special_longest_first():
 
 def test_resolve_pattern():
     assert resolve_pattern("gpt2") == PATTERNS["gpt2"]
+    for name, built_in in PATTERNS.items():  # taken unchecked at a load: they pass the checks
+        assert pretokenize._checked(name, built_in) == built_in == resolve_pattern(built_in)
     assert resolve_pattern(r"\w+|\s+|[^\w\s]+") == r"\w+|\s+|[^\w\s]+"
     for bad in ("", "(", None):
         with pytest.raises(ValueError, match="pattern"):

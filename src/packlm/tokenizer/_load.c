@@ -2,9 +2,12 @@
    in formats.py and encoder.py is the oracle the tests compare against).
 
    vocab_json(data, specials) -> list[bytes] in id order, or None
+   vocab_dict(vocab, specials) -> the same from a dict {text: id} (a tokenizer.json's)
    merge_ids(table, special_ids, merges_txt) -> (byte_ids, merge_ids as int32 bytes), or None
    tiktoken_ranks(table, byte_ids, merge_ids, check_bpe) -> dict or None  (encoder's)
    serialize(table, indices=None) -> bytes            (formats.digest's length-prefixed tokens)
+   split(blob, ends) -> list[bytes]                  (tables.py's tokens from their file)
+   tiktoken_file(data) -> (table, byte_ids, merge_ids as int32 bytes), or None (_load_tiktoken.c)
 
    None means "not the common case": the caller then takes the Python path, which gives the
    same result or names the bad entry. So the C code refuses anything unusual (escapes it does
@@ -87,7 +90,8 @@ static PyObject *vocab_json(PyObject *self, PyObject *args) {
     PyObject *specials, *result = Py_None, *table = NULL;
     if (!PyArg_ParseTuple(args, "y*O!", &buf, &PyTuple_Type, &specials)) return NULL;
     const uint8_t *p = buf.buf;
-    Py_ssize_t n = buf.len, i = skip_ws(p, n, 0), count = 0, at = 0, cap = n / 4 + 1;
+    Py_ssize_t n = buf.len, i = skip_ws(p, n, 0), count = 0, at = 0, cap = 1;
+    for (const uint8_t *c = p; (c = memchr(c, ':', p + n - c)); c++) cap++; /* >= entries */
     uint8_t *arena = malloc(n + 1), *text = malloc(n + 1);
     int32_t *ids = malloc(cap * sizeof(int32_t)), *where = NULL;
     Py_ssize_t *off = malloc(cap * sizeof(Py_ssize_t)), *len = malloc(cap * sizeof(Py_ssize_t));
@@ -152,6 +156,58 @@ out:
     return result;
 }
 
+/* A tokenizer.json's vocab, already a dict {text: id}: the same table (None where vocab_json
+   would give None). `specials`: the texts kept as their UTF-8, not in the byte map. */
+static PyObject *vocab_dict(PyObject *self, PyObject *args) {
+    PyObject *dict, *specials, *key, *value, *result = Py_None, *table;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &dict, &PyTuple_Type, &specials)) return NULL;
+    Py_ssize_t count = PyDict_GET_SIZE(dict), pos = 0;
+    Tokens seen = {0};
+    if (!(table = PyList_New(count))) return NULL; /* items NULL until set */
+    if (tokens_init(&seen, count) < 0) {
+        PyErr_NoMemory();
+        result = NULL;
+        goto out;
+    }
+    while (count && PyDict_Next(dict, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key) || !PyLong_CheckExact(value)) goto out;
+        long id = PyLong_AsLong(value);
+        if (id == -1 && PyErr_Occurred()) PyErr_Clear();
+        if (id < 0 || id >= count || PyList_GET_ITEM(table, id)) goto out; /* a gap or twice */
+        int special = 0;
+        for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(specials) && !special; s++)
+            special = PyUnicode_Compare(key, PyTuple_GET_ITEM(specials, s)) == 0;
+        PyObject *token;
+        if (special) token = PyUnicode_AsUTF8String(key);
+        else {
+            Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+            int kind = PyUnicode_KIND(key);
+            const void *data = PyUnicode_DATA(key);
+            if (!(token = PyBytes_FromStringAndSize(NULL, n))) goto fail;
+            for (Py_ssize_t j = 0; j < n; j++) {
+                Py_UCS4 cp = PyUnicode_READ(kind, data, j);
+                if (cp >= 324 || BYTE_OF[cp] < 0) {
+                    Py_DECREF(token);
+                    goto out;
+                }
+                PyBytes_AS_STRING(token)[j] = (char)BYTE_OF[cp];
+            }
+        }
+        if (!token) goto fail;
+        PyList_SET_ITEM(table, id, token); /* the table keeps it alive for `seen` */
+        if (tokens_find(&seen, PyBytes_AS_STRING(token), PyBytes_GET_SIZE(token), 0) >= 0) goto out;
+    }
+    if (count) result = table, table = NULL;
+    goto out;
+fail:
+    result = NULL;
+out:
+    Py_XINCREF(result);
+    Py_XDECREF(table);
+    tokens_free(&seen);
+    return result;
+}
+
 /* ---- merges.txt -> ids --------------------------------------------------------------- */
 
 /* The bytes of the byte-to-unicode token p[*i:] up to a space or newline (advancing *i)
@@ -172,17 +228,29 @@ static PyObject *merge_ids(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O!y*", &PyList_Type, &table, &PyFrozenSet_Type, &specials, &buf))
         return NULL;
     const uint8_t *p = buf.buf;
-    Py_ssize_t n = buf.len, size = PyList_GET_SIZE(table), count = 0, cap = n / 4 + 1;
+    Py_ssize_t n = buf.len, size = PyList_GET_SIZE(table), count = 0, cap = 1;
+    for (const uint8_t *c = p; (c = memchr(c, '\n', p + n - c)); c++) cap++; /* >= rows */
     int32_t *ids = malloc(3 * cap * sizeof(int32_t));
     uint8_t *pair = malloc(n + 1);
     Tokens by = {0};
-    if (!ids || !pair || tokens_init(&by, size) < 0) goto nomem;
+    uint8_t *special = calloc(size + 1, 1); /* id -> 1 for a special token */
+    if (!ids || !pair || !special || tokens_init(&by, size) < 0) goto nomem;
+    PyObject *it = PyObject_GetIter(specials), *key;
+    if (!it) goto fail;
+    while ((key = PyIter_Next(it))) {
+        Py_ssize_t id = PyLong_Check(key) ? PyLong_AsSsize_t(key) : -1;
+        Py_DECREF(key);
+        if (id >= 0 && id < size) special[id] = 1;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) goto fail;
     for (Py_ssize_t t = 0; t < size; t++) { /* ordinary tokens -> the lowest id */
-        PyObject *b = PyList_GET_ITEM(table, t), *key = PyLong_FromSsize_t(t);
-        int special = key ? PySet_Contains(specials, key) : -1;
-        Py_XDECREF(key);
-        if (special < 0 || !PyBytes_Check(b)) goto fail;
-        if (!special) tokens_find(&by, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), (int32_t)t);
+        PyObject *b = PyList_GET_ITEM(table, t);
+        if (!PyBytes_Check(b)) {
+            PyErr_SetString(PyExc_TypeError, "merge_ids: the table holds a non-bytes token");
+            goto fail;
+        }
+        if (!special[t]) tokens_find(&by, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), (int32_t)t);
     }
     if (!(byte_ids = PyList_New(256))) goto fail;
     for (int b = 0; b < 256; b++) {
@@ -219,16 +287,19 @@ fail:
     result = NULL;
 out:
     Py_XDECREF(byte_ids), Py_XDECREF(out);
-    free(ids), free(pair), tokens_free(&by);
+    free(ids), free(pair), free(special), tokens_free(&by);
     PyBuffer_Release(&buf);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"vocab_json", vocab_json, METH_VARARGS, "vocab.json bytes, specials (UTF-8) -> table or None"},
+    {"vocab_dict", vocab_dict, METH_VARARGS, "{text: id}, specials -> table or None"},
     {"merge_ids", merge_ids, METH_VARARGS, "table, special ids, merges.txt body -> ids or None"},
     {"tiktoken_ranks", load_tiktoken_ranks, METH_VARARGS, "tiktoken's ranks giving these ids, or None"},
     {"serialize", load_serialize, METH_VARARGS, "length-prefixed tokens (of indices) for the digest"},
+    {"tiktoken_file", load_tiktoken_file, METH_VARARGS, ".tiktoken bytes -> (table, byte ids, merges) or None"},
+    {"split", load_split, METH_VARARGS, "blob, int64 ends -> the tokens (tables.py's file)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_load",

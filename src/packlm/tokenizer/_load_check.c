@@ -1,12 +1,17 @@
 /* _load_check.c: the tiktoken check of packlm.tokenizer._load (encoder.tiktoken_ranks, in C),
-   and the digest's serialization (formats.digest). See _load.c. */
+   the digest's serialization (formats.digest) and the tables file's tokens (tables.py).
+   See _load.c. */
 #include "_load_tokens.h"
 
 /* ---- the tiktoken check ------------------------------------------------------------------ */
 
+typedef struct { /* one slot: a lookup reads one cache line */
+    uint64_t key; /* (left << 32 | right) + 1; 0 empty */
+    int32_t rank, merged;
+} PairSlot;
+
 typedef struct {
-    uint64_t *key; /* (left << 32 | right) + 1; 0 empty */
-    int32_t *rank, *merged;
+    PairSlot *slot;
     uint64_t mask;
 } Pairs;
 
@@ -18,16 +23,16 @@ static uint64_t mix(uint64_t x) {
 /* The slot of `key` (found, or the empty one where it goes). */
 static uint64_t pairs_slot(const Pairs *t, uint64_t key) {
     uint64_t h = mix(key) & t->mask;
-    while (t->key[h] && t->key[h] != key) h = (h + 1) & t->mask;
+    while (t->slot[h].key && t->slot[h].key != key) h = (h + 1) & t->mask;
     return h;
 }
 
 /* The rank of pair (x, y) (its first merge), or INT32_MAX; *merged: the id it makes. */
 static int32_t pair_rank(const Pairs *t, int32_t x, int32_t y, int32_t *merged) {
     uint64_t h = pairs_slot(t, (((uint64_t)x << 32) | (uint32_t)y) + 1);
-    if (!t->key[h]) return INT32_MAX;
-    *merged = t->merged[h];
-    return t->rank[h];
+    if (!t->slot[h].key) return INT32_MAX;
+    *merged = t->slot[h].merged;
+    return t->slot[h].rank;
 }
 
 /* PythonEncoder.encode_piece of `token` (the lowest-ranked pair merged everywhere, left to
@@ -52,6 +57,53 @@ static int encodes_to(const Pairs *pairs, const int32_t *byte_id, const uint8_t 
     return n == 1 && ids[0] == c;
 }
 
+/* Whether BPE of x's bytes followed by y's, both encoding to themselves, keeps the boundary
+   between them until a merge making `limit` or later: no pair across it merges earlier. With
+   ids rising in merge order, an id is when its token was made. Walks back down the x's right
+   edge and y's left edge (the merge that made x, or y, undone: whichever was made later),
+   as BPE built them up; a byte's parts are itself (left[t] == right[t] == t). The walk of
+   is_valid_token_pair in github.com/github/rust-gems (crates/bpe), for merge-order BPE: on
+   the right an equal id counts too (the leftmost of equal pairs merges first). */
+static int boundary_holds(const Pairs *pairs, const int32_t *left, const int32_t *right,
+                          int32_t x, int32_t y, int32_t limit) {
+    for (;;) {
+        int32_t made = INT32_MAX;
+        if (pair_rank(pairs, x, y, &made) != INT32_MAX && made < limit) return 0;
+        if (x > y) {
+            limit = x, x = right[x];
+            if (x == limit) { /* a byte: y's turn */
+                limit = y + 1, y = left[y];
+                if (y + 1 == limit) return 1;
+            }
+        } else {
+            limit = y + 1, y = left[y];
+            if (y + 1 == limit) {
+                limit = x, x = right[x];
+                if (x == limit) return 1;
+            }
+        }
+    }
+}
+
+/* Whether every merged token encodes to itself: 1 or 0; -1 where a merge takes a part not made
+   before it (a byte or an earlier merge), which the walk does not cover. `left` and `right`
+   have room for every id. */
+static int merges_stay_whole(const Pairs *pairs, const int32_t *byte_id, const int32_t *rows,
+                             Py_ssize_t count, Py_ssize_t size, int32_t *left, int32_t *right) {
+    for (Py_ssize_t t = 0; t < size; t++) left[t] = right[t] = -1;
+    for (int b = 0; b < 256; b++) left[byte_id[b]] = right[byte_id[b]] = byte_id[b];
+    for (Py_ssize_t k = 0; k < count; k++) {
+        const int32_t *r = rows + 3 * k;
+        if (left[r[0]] < 0 || left[r[1]] < 0) return -1;
+        left[r[2]] = r[0], right[r[2]] = r[1];
+    }
+    for (Py_ssize_t k = 0; k < count; k++) { /* in merge order: both parts already passed */
+        const int32_t *r = rows + 3 * k;
+        if (!boundary_holds(pairs, left, right, r[0], r[1], r[2])) return 0;
+    }
+    return 1;
+}
+
 PyObject *load_tiktoken_ranks(PyObject *self, PyObject *args) {
     PyObject *table, *byte_list;
     Py_buffer buf;
@@ -61,14 +113,13 @@ PyObject *load_tiktoken_ranks(PyObject *self, PyObject *args) {
         return NULL;
     const int32_t *rows = buf.buf;
     Py_ssize_t count = buf.len / (3 * sizeof(int32_t)), size = PyList_GET_SIZE(table), longest = 1;
-    int32_t byte_id[256], last = -1, *ids = NULL;
+    int32_t byte_id[256], last = -1, *ids = NULL, *left = NULL, *right = NULL;
     Pairs pairs = {0};
     Tokens ranks = {0};
     uint64_t cap = 16;
     while (cap < 2 * (uint64_t)count + 16) cap *= 2;
-    pairs.key = calloc(cap, sizeof(uint64_t)), pairs.mask = cap - 1;
-    pairs.rank = malloc(cap * sizeof(int32_t)), pairs.merged = malloc(cap * sizeof(int32_t));
-    if (!pairs.key || !pairs.rank || !pairs.merged || tokens_init(&ranks, count + 256) < 0) {
+    pairs.slot = calloc(cap, sizeof(PairSlot)), pairs.mask = cap - 1;
+    if (!pairs.slot || tokens_init(&ranks, count + 256) < 0) {
         PyErr_NoMemory();
         goto out;
     }
@@ -89,25 +140,28 @@ PyObject *load_tiktoken_ranks(PyObject *self, PyObject *args) {
             goto done;
         last = r[2], longest = PyBytes_GET_SIZE(t) > longest ? PyBytes_GET_SIZE(t) : longest;
         uint64_t h = pairs_slot(&pairs, (((uint64_t)r[0] << 32) | (uint32_t)r[1]) + 1);
-        if (!pairs.key[h]) /* a later duplicate pair never applies */
-            pairs.key[h] = (((uint64_t)r[0] << 32) | (uint32_t)r[1]) + 1, pairs.rank[h] = (int32_t)k,
-            pairs.merged[h] = r[2];
+        if (!pairs.slot[h].key) /* a later duplicate pair never applies */
+            pairs.slot[h] = (PairSlot){(((uint64_t)r[0] << 32) | (uint32_t)r[1]) + 1, (int32_t)k, r[2]};
     }
     if (check_bpe) {
-        if (!(ids = malloc(longest * sizeof(int32_t)))) {
+        left = malloc(size * sizeof(int32_t) + 1), right = malloc(size * sizeof(int32_t) + 1);
+        ids = malloc(longest * sizeof(int32_t));
+        if (!left || !right || !ids) {
             PyErr_NoMemory();
             goto out;
         }
-        for (Py_ssize_t k = 0; k < count; k++) {
+        int whole = merges_stay_whole(&pairs, byte_id, rows, count, size, left, right);
+        for (Py_ssize_t k = 0; whole < 0 && k < count; k++) { /* BPE of each merged token */
             PyObject *t = PyList_GET_ITEM(table, rows[3 * k + 2]);
             if (!encodes_to(&pairs, byte_id, (uint8_t *)PyBytes_AS_STRING(t), PyBytes_GET_SIZE(t),
                             rows[3 * k + 2], ids))
-                goto done;
+                whole = 0;
         }
+        if (!whole) goto done;
     }
     ok = 1;
 done:
-    free(pairs.key), free(pairs.rank), free(pairs.merged), free(ids), tokens_free(&ranks);
+    free(pairs.slot), free(ids), free(left), free(right), tokens_free(&ranks);
     if (!ok) {
         PyBuffer_Release(&buf);
         Py_RETURN_NONE;
@@ -124,7 +178,7 @@ done:
 bad:
     PyErr_SetString(PyExc_ValueError, "tiktoken_ranks: tables out of range");
 out:
-    free(pairs.key), free(pairs.rank), free(pairs.merged), free(ids), tokens_free(&ranks);
+    free(pairs.slot), free(ids), free(left), free(right), tokens_free(&ranks);
     PyBuffer_Release(&buf);
     return NULL;
 }
@@ -160,3 +214,29 @@ PyObject *load_serialize(PyObject *self, PyObject *args) {
     return out;
 }
 
+
+/* ---- the tables cache's tokens --------------------------------------------------------- */
+
+/* blob cut at `ends` (int64, rising, the last at its end) -> list[bytes]: tables.py's
+   tokens back from their file without a Python slice per token. */
+PyObject *load_split(PyObject *self, PyObject *args) {
+    Py_buffer blob, ends;
+    if (!PyArg_ParseTuple(args, "y*y*", &blob, &ends)) return NULL;
+    const int64_t *end = ends.buf;
+    Py_ssize_t n = ends.len / (Py_ssize_t)sizeof(int64_t), at = 0;
+    PyObject *out = NULL;
+    int fits = ends.len % sizeof(int64_t) == 0 && (n ? end[n - 1] : 0) == blob.len;
+    for (Py_ssize_t k = 0; fits && k < n; k++) fits = end[k] >= (k ? end[k - 1] : 0);
+    if (!fits) PyErr_SetString(PyExc_ValueError, "split: ends do not cut the blob");
+    else if ((out = PyList_New(n)))
+        for (Py_ssize_t k = 0; k < n; at = end[k++]) {
+            PyObject *b = PyBytes_FromStringAndSize((const char *)blob.buf + at, end[k] - at);
+            if (!b) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyList_SET_ITEM(out, k, b);
+        }
+    PyBuffer_Release(&blob), PyBuffer_Release(&ends);
+    return out;
+}

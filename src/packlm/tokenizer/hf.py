@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from itertools import chain
 from pathlib import Path
 
 from packlm.tokenizer.engine_pattern import for_engine, original
@@ -108,27 +109,62 @@ def save_tokenizer_json(tokenizer, path: str | os.PathLike) -> None:
     write_atomic(path, json.dumps(tokenizer_json(tokenizer), ensure_ascii=False))
 
 
-def read_tokenizer_json(path: str | os.PathLike) -> dict:
-    """A byte-level BPE tokenizer.json (GPT-2's, or packlm's export) -> the keyword arguments
-    of `Tokenizer` (vocab, merges, special_tokens, pattern); an error naming the file for
-    anything packlm's pipeline cannot reproduce (another model, a normalizer)."""
-    from packlm.tokenizer.formats import from_unicode
+def load_tokenizer_json(cls, path: str | os.PathLike, special_tokens: list[str]):
+    """The tokenizer of a tokenizer.json: `special_tokens` first, then the file's own (a
+    missing one gets a new id at the end). Its tables are found in C (`loading`) where the
+    file is the common case, else by `read_tokenizer_json` + `cls(...)`, which name a bad
+    entry."""
+    from packlm.tokenizer import loading
+    from packlm.tokenizer.pretokenize import check_special_tokens
+
+    spec, model, own = _read_spec(path)
+    specials = check_special_tokens([*special_tokens, *(s for s in own if s not in special_tokens)])
+    merges, tables = model.get("merges") or [], None
+    if isinstance(model.get("vocab"), dict) and isinstance(merges, list):
+        if set(map(type, merges)) == {list}:  # newer files: [left, right] pairs
+            flat = chain.from_iterable(merges)
+            pairs = set(map(len, merges)) == {2} and set(map(type, flat)) == {str}
+            merges = list(map(" ".join, merges)) if pairs else None
+        if merges is not None and set(map(type, merges)) <= {str}:
+            added = [(t["id"], t["content"]) for t in spec.get("added_tokens") or []]
+            lines = "\n".join(merges).encode("utf-8")
+            tables = loading.byte_level_tables(model["vocab"], lines, specials, own, added)
+    if tables is None:
+        return cls(**{**read_tokenizer_json(path), "special_tokens": specials})
+    return cls._from_tables({**tables, "pattern": spec["pattern"]})
+
+
+def _read_spec(path: str | os.PathLike) -> tuple[dict, dict, list[str]]:
+    """(the file's JSON with its "pattern", its model, its special tokens in id order); an
+    error naming the file for anything packlm's pipeline cannot reproduce."""
     from packlm.tokenizer.pretokenize import GPT2_PATTERN
 
     path = Path(path)
     try:
         spec = json.loads(path.read_text(encoding="utf-8"))
         model = spec["model"]
+        if model.get("type") != "BPE" or spec.get("normalizer") is not None:
+            raise ValueError(f"{path}: only byte-level BPE without a normalizer can be loaded")
+        added = sorted(spec.get("added_tokens") or [], key=lambda t: t["id"])
+        own = [t["content"] for t in added]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({e})") from None
-    if model.get("type") != "BPE" or spec.get("normalizer") is not None:
-        raise ValueError(f"{path}: only byte-level BPE without a normalizer can be loaded")
-    pattern = _pattern_of(spec.get("pre_tokenizer"), GPT2_PATTERN)
-    if pattern is None:
+    spec["pattern"] = _pattern_of(spec.get("pre_tokenizer"), GPT2_PATTERN)
+    if spec["pattern"] is None:
         raise ValueError(
             f"{path}: the pre_tokenizer is not GPT-2's ByteLevel (with or without a Split)"
         )
-    specials = [t["content"] for t in sorted(spec.get("added_tokens") or [], key=lambda t: t["id"])]
+    return spec, model, own
+
+
+def read_tokenizer_json(path: str | os.PathLike) -> dict:
+    """A byte-level BPE tokenizer.json (GPT-2's, or packlm's export) -> the keyword arguments
+    of `Tokenizer` (vocab, merges, special_tokens, pattern), in Python; an error naming the
+    file or entry for anything packlm's pipeline cannot reproduce (another model, a
+    normalizer)."""
+    from packlm.tokenizer.formats import from_unicode
+
+    spec, model, specials = _read_spec(path)
     vocab = {}
     for text, i in model["vocab"].items():
         token = text.encode("utf-8") if text in specials else from_unicode(text)
@@ -144,7 +180,8 @@ def read_tokenizer_json(path: str | os.PathLike) -> dict:
         if len(pair) != 2 or not all(tokens):
             raise ValueError(f"{path}: merges[{k}] = {merge!r} is not two byte-level tokens")
         merges.append((tokens[0], tokens[1]))
-    return {"vocab": vocab, "merges": merges, "special_tokens": specials, "pattern": pattern}
+    return {"vocab": vocab, "merges": merges, "special_tokens": specials,
+            "pattern": spec["pattern"]}  # fmt: skip
 
 
 def _pattern_of(pre: dict | None, gpt2: str) -> str | None:

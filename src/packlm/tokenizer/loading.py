@@ -1,16 +1,17 @@
-"""GPT-2 style files -> a tokenizer's tables, and the tiktoken check, in a few C calls.
+"""Tokenizer files -> a tokenizer's tables, and the tiktoken check, in a few C calls.
 
 `_load.c` (built with the merge loop by `pip install`; optional) parses vocab.json and
-merges.txt, finds the ids of every merge and runs the tiktoken check of
-`encoder.tiktoken_ranks` without a Python object per merge. It takes only the common case:
-anything else (the extension not built, an escape it does not know, a duplicate id or
-token, a gap, a character outside GPT-2's byte map, a merge not in the vocab) returns None,
-and the caller takes the Python path (formats.py, `encoder.id_tables`), which gives the same
-tables or names the bad entry.
+merges.txt (or a tokenizer.json's vocab and merges, or a .tiktoken file), finds the ids of
+every merge and runs the tiktoken check of `encoder.tiktoken_ranks` without a Python object
+per merge. It takes only the common case: anything else (the extension not built, an escape
+it does not know, a duplicate id or token, a gap, a character outside GPT-2's byte map, a
+merge not in the vocab) returns None, and the caller takes the Python path (formats.py,
+hf.py, `encoder.id_tables`), which gives the same tables or names the bad entry.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -18,6 +19,14 @@ import numpy as np
 try:
     from packlm.tokenizer import _load
 except ImportError:  # pragma: no cover - exercised only without a compiler
+    _load = None
+
+FUNCTIONS = ("vocab_json", "vocab_dict", "merge_ids", "tiktoken_ranks", "serialize", "split",
+             "tiktoken_file")  # fmt: skip
+if _load is not None and not all(hasattr(_load, f) for f in FUNCTIONS):  # pragma: no cover
+    logging.getLogger(__name__).warning(
+        "%s was built from older sources (rebuild: pip install -e .); loading tokenizers "
+        "takes the Python path", _load.__file__)  # fmt: skip
     _load = None
 
 
@@ -34,9 +43,38 @@ def gpt2_tables(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
             merges = f.read()
     except OSError:  # the Python path names the file
         return None
-    table = _load.vocab_json(vocab, tuple(s.encode("utf-8") for s in special_tokens))
+    if merges.startswith(b"#version"):
+        header, _, merges = merges.partition(b"\n")
+        try:
+            header.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return byte_level_tables(vocab, merges, special_tokens)
+
+
+def byte_level_tables(vocab: bytes | dict, merges: bytes, special_tokens: list[str],
+                      literal: list[str] | None = None, added=()) -> dict | None:  # fmt: skip
+    """`gpt2_tables` of a vocab.json's bytes or a {text: id} dict (the texts of `literal`,
+    default the special tokens, as UTF-8, the rest in GPT-2's byte map) and merges.txt's
+    lines, or None. `added`: (id, text) tokens taking their id where the vocab has none (a
+    tokenizer.json's added_tokens), as `hf.read_tokenizer_json` + `encoder.id_tables` place
+    them."""
+    if _load is None:
+        return None
+    literal = special_tokens if literal is None else literal
+    if isinstance(vocab, dict):
+        table = _load.vocab_dict(vocab, tuple(literal))
+    else:
+        table = _load.vocab_json(vocab, tuple(s.encode("utf-8") for s in literal))
     if table is None:
         return None
+    if not all(type(i) is int and type(text) is str for i, text in added):
+        return None
+    for i, text in sorted(added, key=lambda t: t[0]):  # stable: the first of an id stays
+        if i == len(table):
+            table.append(text.encode("utf-8"))
+        elif i > len(table):  # a gap: the Python path names it
+            return None
     specials = {}
     for s in special_tokens:  # as `encoder.id_tables` finds them (no token is there twice)
         token = s.encode("utf-8")
@@ -45,12 +83,6 @@ def gpt2_tables(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
         except ValueError:
             specials[s] = len(table)
             table.append(token)
-    if merges.startswith(b"#version"):
-        header, _, merges = merges.partition(b"\n")
-        try:
-            header.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
     found = _load.merge_ids(table, frozenset(specials.values()), merges)
     if found is None:
         return None
@@ -58,6 +90,28 @@ def gpt2_tables(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
     merge_ids = np.frombuffer(rows, dtype=np.int32).reshape(-1, 3)
     return {"table": table, "byte_ids": byte_ids, "merge_ids": merge_ids,
             "special_token_ids": specials}  # fmt: skip
+
+
+def tiktoken_tables(path: str | os.PathLike, special_tokens: list[str]) -> dict | None:
+    """What `Tokenizer._from_tables` takes from a .tiktoken ranks file, each merge recovered
+    in C as `formats.read_tiktoken` does it; None for anything unusual (or a special token
+    already among the ranks): the Python path then reads it, or names what is wrong."""
+    if _load is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            found = _load.tiktoken_file(f.read())
+    except OSError:
+        return None
+    if found is None:
+        return None
+    table, byte_ids, rows = found
+    specials = {s: len(table) + k for k, s in enumerate(special_tokens)}
+    if set(table).intersection(s.encode("utf-8") for s in special_tokens):
+        return None
+    table += [s.encode("utf-8") for s in special_tokens]
+    return {"table": table, "byte_ids": byte_ids, "special_token_ids": specials,
+            "merge_ids": np.frombuffer(rows, dtype=np.int32).reshape(-1, 3)}  # fmt: skip
 
 
 def tiktoken_ranks(table: list[bytes], byte_ids: list[int], merge_ids, check_bpe: bool):
@@ -79,3 +133,11 @@ def serialized(table: list[bytes], indices: np.ndarray | None = None) -> bytes |
     if indices is None:
         return _load.serialize(table)
     return _load.serialize(table, np.ascontiguousarray(indices, dtype=np.int32).tobytes())
+
+
+def split(blob: bytes, ends: np.ndarray) -> list[bytes] | None:
+    """[blob[a:b] for the (a, b) that `ends` (rising; the last is len(blob)) cut], in one C
+    call; ValueError where they do not cut it so; None when C is not built."""
+    if _load is None:
+        return None
+    return _load.split(blob, np.ascontiguousarray(ends, dtype=np.int64).tobytes())

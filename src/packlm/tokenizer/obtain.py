@@ -146,7 +146,8 @@ def load_path(
     .tiktoken) take `special_tokens` / `pattern`; those of a tokenizer.json are added to
     `special_tokens` (a missing one, e.g. "<|pad|>", gets a new id at the end). With a
     `cache_dir`, the first two keep their derived tables there (`with_tables`)."""
-    from packlm.tokenizer import Tokenizer, formats, hf
+    from packlm.tokenizer import Tokenizer, formats, hf, loading
+    from packlm.tokenizer.pretokenize import check_special_tokens
 
     path = Path(path)
     if not path.exists():
@@ -161,12 +162,12 @@ def load_path(
         if path.is_dir() and (path / "tokenizer.json").is_file():
             path = path / "tokenizer.json"
         if path.is_file() and path.suffix == ".json":
-            spec = hf.read_tokenizer_json(path)
-            spec["special_tokens"] = specials + [
-                s for s in spec["special_tokens"] if s not in specials
-            ]
-            return Tokenizer(**spec)
+            return hf.load_tokenizer_json(Tokenizer, path, specials)
         if path.is_file() and path.suffix == ".tiktoken":
+            specials = check_special_tokens(specials)
+            tables = loading.tiktoken_tables(path, specials)  # in C, or None
+            if tables is not None:
+                return Tokenizer._from_tables({**tables, "pattern": pattern})
             vocab, merges = formats.read_tiktoken(path)
             return Tokenizer(vocab, merges, specials, pattern)
     except (ValueError, OSError) as e:

@@ -21,6 +21,7 @@ CL100K_PATTERN = (
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
 PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN}
+_BUILT_IN = frozenset(PATTERNS.values())
 
 # In the built-in patterns no pre-token holds a letter followed by a non-letter, so a
 # pre-token always ends there and the next starts right after: a place where text can be
@@ -59,6 +60,12 @@ def resolve_pattern(pattern: str) -> str:
     if not isinstance(pattern, str) or not pattern:
         raise ValueError(f"pattern={pattern!r}: expected 'gpt2', 'cl100k' or a regex string")
     resolved = PATTERNS.get(pattern, pattern)
+    if resolved in _BUILT_IN:  # passes the checks below (tested): no compile at every load
+        return resolved
+    return _checked(pattern, resolved)
+
+
+def _checked(pattern: str, resolved: str) -> str:
     try:
         compiled = regex.compile(resolved)
     except regex.error as e:
