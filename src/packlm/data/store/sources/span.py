@@ -14,17 +14,15 @@ from pathlib import Path
 from typing import BinaryIO
 
 from packlm.data.store.sources.document import SourceError
-from packlm.data.store.sources.formats import Format
+from packlm.data.store.sources.formats import Format, open_stream
+from packlm.data.store.sources.remote import RemoteFile
 
 
 class SpanReader:
     """A binary file object reading bytes [start, end) of `path`."""
 
-    def __init__(self, path: Path, span: tuple[float, float]):
-        try:
-            self._f = open(path, "rb")  # noqa: SIM115 (closed by close())
-        except OSError as e:
-            raise SourceError(f"{path}: cannot read ({e.strerror})") from e
+    def __init__(self, path: Path | RemoteFile, span: tuple[float, float]):
+        self._f = open_stream(path, None)  # closed by close()
         self.size = size = self._f.seek(0, 2)
         self.start, self.end = (self._cut(int(f * size), size) for f in span)
         self._f.seek(self.start)
@@ -57,7 +55,7 @@ class SpanReader:
         self.close()
 
 
-def open_span(path: Path, fmt: Format, span: tuple[float, float]) -> BinaryIO:
+def open_span(path: Path | RemoteFile, fmt: Format, span: tuple[float, float]) -> BinaryIO:
     """A reader of the span of an uncompressed text file; SourceError for any other file."""
     if fmt.kind != "text" or fmt.compression is not None:
         raise SourceError(

@@ -3,7 +3,9 @@
 The text is the `data.text_field` column, read in record batches (bounded memory per
 batch) through pyarrow, an optional extra: without it the error names the extra.
 A `save_to_disk` folder (state.json + Arrow stream files) is read through pyarrow too, so
-Hugging Face `datasets` itself is not needed.
+Hugging Face `datasets` itself is not needed. An object in storage is read through its
+seekable stream (`remote.RemoteFile.open`): Parquet fetches the footer and the text column's
+pages, not the whole object.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from packlm.data.store.sources.document import Document, ReadCounts, ReadOptions, SourceError
 from packlm.data.store.sources.formats import Format
+from packlm.data.store.sources.remote import RemoteFile
 from packlm.data.store.sources.text import check_surrogates
 
 BATCH_ROWS = 4096
@@ -40,7 +43,12 @@ def dataset_folder_files(path: Path, key: str) -> list[Path]:
 
 
 def table_documents(
-    path: Path, fmt: Format, prefix: str, index: int, options: ReadOptions, counts: ReadCounts
+    path: Path | RemoteFile,
+    fmt: Format,
+    prefix: str,
+    index: int,
+    options: ReadOptions,
+    counts: ReadCounts,
 ) -> Iterator[Document]:
     """One document per row of the text column; ids end in the row number."""
     if fmt.compression:
@@ -65,23 +73,35 @@ def table_documents(
                 counts.empty += 1
 
 
-def _batches(path: Path, fmt: Format, field: str):
+def _batches(path: Path | RemoteFile, fmt: Format, field: str):
     pa = _pyarrow(path)
+    if isinstance(path, RemoteFile):
+        with path.open() as f:
+            yield from _read_batches(pa, f, fmt, field, path)
+    else:
+        yield from _read_batches(pa, path, fmt, field, path)
+
+
+def _read_batches(pa, where, fmt: Format, field: str, path: Path | RemoteFile):
+    """`where`: a local path or a seekable stream of the table file."""
     try:
         if fmt.kind == "parquet":
             import pyarrow.parquet as pq
 
-            reader = pq.ParquetFile(path)
+            reader = pq.ParquetFile(where)
             _check_column(path, reader.schema_arrow.names, field)
             yield from reader.iter_batches(batch_size=BATCH_ROWS, columns=[field])
         elif fmt.detail == "feather v1":
             import pyarrow.feather as feather
 
-            table = feather.read_table(path)
+            table = feather.read_table(where)
             _check_column(path, table.column_names, field)
             yield from table.select([field]).to_batches(BATCH_ROWS)
         else:
-            with pa.memory_map(str(path)) as source:
+            source = (
+                pa.PythonFile(where) if not isinstance(where, Path) else pa.memory_map(str(where))
+            )
+            with source:
                 opened = pa.ipc.open_stream if fmt.detail == "an Arrow stream" else pa.ipc.open_file
                 reader = opened(source)
                 _check_column(path, reader.schema.names, field)
@@ -94,12 +114,12 @@ def _batches(path: Path, fmt: Format, field: str):
         raise SourceError(f"{path}: cannot read the {fmt.describe()} file ({e})") from e
 
 
-def _check_column(path: Path, names: list[str], field: str) -> None:
+def _check_column(path: Path | RemoteFile, names: list[str], field: str) -> None:
     if field not in names:
         raise SourceError(f"{path}: no column {field!r} (data.text_field); it has {names}")
 
 
-def _pyarrow(path: Path):
+def _pyarrow(path: Path | RemoteFile):
     try:
         import pyarrow
         import pyarrow.ipc  # noqa: F401
