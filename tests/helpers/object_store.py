@@ -67,7 +67,7 @@ class Proxy:
                         self.cuts -= 1
                         cut[0] = True
                 upstream.sendall(data)
-            upstream.close()
+            _close(upstream)
 
         threading.Thread(target=up, daemon=True).start()
         sent = 0  # reply bytes since the GET to cut was forwarded
@@ -77,8 +77,8 @@ class Proxy:
                 break
             client.sendall(data)
             sent += len(data) if cut[0] else 0
-        client.close()
-        upstream.close()
+        _close(client)  # shutdown first: a recv blocked in the other thread would keep it open
+        _close(upstream)
 
 
 def _recv(s: socket.socket) -> bytes:
@@ -86,3 +86,11 @@ def _recv(s: socket.socket) -> bytes:
         return s.recv(65536)
     except OSError:
         return b""
+
+
+def _close(s: socket.socket) -> None:
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    s.close()
