@@ -3,6 +3,7 @@ TCP proxy in front of it that records each request line and can cut a connection
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -89,8 +90,6 @@ def _recv(s: socket.socket) -> bytes:
 
 
 def _close(s: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):  # already closed by the other side
         s.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     s.close()
