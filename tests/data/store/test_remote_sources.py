@@ -237,9 +237,7 @@ def test_a_failed_read_leaves_no_store_behind(s3, tmp_path, monkeypatch):
     assert decoded(remote, "train") == decoded(local, "train")
 
 
-def test_train_and_resume_from_s3_and_the_secret_is_in_no_file(
-    s3, tmp_path, tiny_corpus, capsys
-):
+def test_train_and_resume_from_s3_and_the_secret_is_in_no_file(s3, tmp_path, tiny_corpus, capsys):
     """`python train.py` from s3://, then a resume from its checkpoint: the resume lists the
     objects but reads none (the store is reused), and the secret access key is in no file of
     the runs or the cache (config dump, logs, checkpoints, TensorBoard) nor in the output."""

@@ -31,14 +31,15 @@ log = logging.getLogger(__name__)
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "hf": "hf"}
 """Scheme -> the packlm extra installing its filesystem (any other scheme: "remote")."""
-VERSION_FIELDS = ("VersionId", "version_id", "generation", "ETag", "etag", "md5Hash")
-"""Listing fields naming an object's version, best first (S3, GCS, HTTP)."""
-FALLBACK_FIELDS = ("blob_id", "sha256", "Last-Modified", "mtime")
-"""Used only where a filesystem lists none of VERSION_FIELDS (the Hugging Face hub, a web
-server without ETag)."""
+VERSION_FIELDS = ("VersionId", "generation", "ETag", "etag", "md5Hash", "blob_id")
+"""Listing fields naming an object's version, best first (S3, GCS, HTTP, the HF hub)."""
+FALLBACK_FIELDS = ("Last-Modified", "mtime")
+"""Used only where a filesystem lists none of VERSION_FIELDS (a web server without ETag)."""
 RETRIES = 4
 BACKOFF_S = 0.2
-BLOCK = 1 << 22  # bytes per range read: memory per open object, not the object's size
+FIRST_READ, BLOCK = 1 << 16, 1 << 23
+"""Range reads grow from FIRST_READ (what sniffing a format needs) to BLOCK bytes (the
+memory per open object, not the object's size)."""
 
 
 def is_url(name: str) -> bool:
@@ -88,6 +89,9 @@ def list_objects(url: str, key: str, selected: Callable[[str], bool]) -> list[Re
             continue
         objects.append(RemoteFile(fs.unstrip_protocol(name), name, int(info["size"]),
                                   _version(info), fs))  # fmt: skip
+    if any(not o.version for o in objects):
+        log.warning("%s: the listing gives no version (ETag) of its objects: a change that "
+                    "keeps an object's size will not be seen", url)  # fmt: skip
     return objects
 
 
@@ -129,11 +133,12 @@ class _RetryingReader(io.RawIOBase):
     """The object's bytes; a transient error reopens it at the offset reached (bounded)."""
 
     def __init__(self, obj: RemoteFile):
-        self.obj, self.pos, self._f = obj, 0, None
+        self.obj, self.pos, self._f, self._next = obj, 0, None, FIRST_READ
         self._call(lambda f: None)  # open now: a missing object fails here
 
     def _open(self) -> Any:
-        f = self.obj.fs.open(self.obj.path, "rb", block_size=BLOCK, cache_type="readahead")
+        # no cache of fsspec's: each read is one range request, the BufferedReader buffers
+        f = self.obj.fs.open(self.obj.path, "rb", block_size=BLOCK, cache_type="none")
         f.seek(self.pos)
         return f
 
@@ -156,7 +161,9 @@ class _RetryingReader(io.RawIOBase):
                 time.sleep(BACKOFF_S * 2**attempt)
 
     def readinto(self, buffer) -> int:
-        data = self._call(lambda f: f.read(len(buffer)))
+        n = min(len(buffer), self._next)
+        self._next = min(self._next * 4, BLOCK)
+        data = self._call(lambda f: f.read(n))
         buffer[: len(data)] = data
         self.pos += len(data)
         return len(data)
@@ -169,7 +176,7 @@ class _RetryingReader(io.RawIOBase):
 
     def seek(self, offset: int, whence: int = 0) -> int:
         base = {0: 0, 1: self.pos, 2: self.obj.size}[whence]
-        self.pos = max(0, base + offset)
+        self.pos, self._next = max(0, base + offset), FIRST_READ
         self._call(lambda f: f.seek(self.pos))
         return self.pos
 
