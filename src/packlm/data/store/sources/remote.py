@@ -11,7 +11,8 @@ reads the same.
   offset reached, up to `RETRIES` times, each logged.
 - Credentials are the filesystem's own (for S3: AWS_* environment variables, AWS_PROFILE and
   the profile files, AWS_ENDPOINT_URL for an S3-compatible server); packlm never sees them,
-  so no config, log or checkpoint can hold them. A URL carrying a password is refused.
+  so no config, log or checkpoint can hold them. A URL carrying a password, key, token or
+  signature (a presigned URL) is refused: data.sources is saved with the run.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from packlm.data.store.sources.document import SourceError
 log = logging.getLogger(__name__)
 
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+SECRET_QUERY = re.compile(
+    r"[?&][^=&]*(signature|sig|token|key|credential|password|secret)[^=&]*=", re.I
+)
+"""A query parameter of a presigned or tokenized URL (X-Amz-Signature=, sig=, token=)."""
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "hf": "hf"}
 """Scheme -> the packlm extra installing its filesystem (any other scheme: "remote")."""
 VERSION_FIELDS = ("VersionId", "generation", "ETag", "etag", "md5Hash", "blob_id")
@@ -51,9 +56,10 @@ def filesystem(url: str, key: str) -> tuple[Any, str]:
     scheme = url.split("://", 1)[0].lower()
     extra = EXTRAS.get(scheme, "remote")
     install = f'pip install -e ".[{extra}]"'
-    if re.match(r"^[^/]*://[^/@]*:[^/@]*@", url):
-        raise SourceError(f"{key}: the URL holds a password; give credentials through the "
-                          "environment or profile files, never in data.sources")  # fmt: skip
+    if re.match(r"^[^/]*://[^/@]*:[^/@]*@", url) or SECRET_QUERY.search(url):
+        raise SourceError(f"{key}: the URL holds a password, key or signature; give "
+                          "credentials through the environment or profile files, never in "
+                          "data.sources (it is saved with the run)")  # fmt: skip
     try:
         import fsspec
     except ImportError:
