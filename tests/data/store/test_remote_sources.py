@@ -20,9 +20,10 @@ boto3 = pytest.importorskip("boto3")
 
 from helpers.object_store import KEY_ID, SECRET, Proxy, free_port  # noqa: E402
 from helpers.runs import subprocess_env, tiny_overrides, train_command  # noqa: E402
-from helpers.stores import decoded, prepare, write_corpus  # noqa: E402
+from helpers.stores import data_config, decoded, prepare, write_corpus  # noqa: E402
 from packlm.commands.trace import main as trace  # noqa: E402
 from packlm.config.tokenizer import TokenizerConfig  # noqa: E402
+from packlm.data.store.prepared import prepare_stores  # noqa: E402
 from packlm.data.store.sources import SourceError  # noqa: E402
 from packlm.data.store.sources import remote as remote_reading  # noqa: E402
 
@@ -129,6 +130,29 @@ def test_an_unchanged_object_is_not_read_again_a_changed_one_is(s3, tmp_path):
     assert s3.proxy.gets("/p/c.jsonl"), "the changed object is read again"
     texts = decoded(changed, "train") + decoded(changed, "val")
     assert "a record added later" in texts
+
+
+def test_with_shards_only_the_shard_of_a_changed_object_is_read_again(s3, tmp_path):
+    """data.shards=2 over four objects (two a shard), a fixed tokenizer: after one object
+    changes, its shard is rebuilt from the objects of that shard alone."""
+    root = tmp_path / "local"
+    root.mkdir()
+    for k in range(4):
+        (root / f"f{k}.txt").write_text("\n\n".join(f"file {k} doc {i}" for i in range(30)))
+    s3.upload(root, "p")
+    cache = tmp_path / "cache"
+    local = prepare(root, cache, sources=[f"{root}/*.txt"])
+    tokenizer = TokenizerConfig(path=str(local.tokenizer_dir))
+    data = data_config(root, sources=[f"{s3.url}/p/"], shards=2)
+    prepare_stores(data, tokenizer, cache, progress=False, build_shards=True)
+    assert all(s3.proxy.gets(f"/p/f{k}.txt") for k in range(4))
+
+    s3.proxy.requests.clear()
+    s3.put("p/f3.txt", (root / "f3.txt").read_bytes() + b"\n\none more document")
+    changed = prepare_stores(data, tokenizer, cache, progress=False, build_shards=True)
+    read = {k for k in range(4) if s3.proxy.gets(f"/p/f{k}.txt")}
+    assert read == {2, 3}, f"objects read again: {sorted(read)} (shard 1 is f2, f3)"
+    assert "one more document" in decoded(changed, "train") + decoded(changed, "val")
 
 
 def test_a_dropped_connection_is_retried_and_the_store_is_the_same(s3, tmp_path):
