@@ -187,15 +187,22 @@ def test_packlms_own_retry_reopens_an_https_object_where_it_broke(s3, tmp_path, 
     assert decoded(remote, "train") == decoded(local, "train")
 
 
-def test_a_missing_bucket_is_one_line_naming_the_entry(s3, tmp_path):
+@pytest.mark.parametrize("where", ["no-such-bucket-here/x/*.txt", "no-such-bucket-here/x/"])
+def test_a_missing_bucket_is_one_line_naming_the_entry(s3, tmp_path, where):
     with pytest.raises(SourceError) as e:
-        prepare(tmp_path, tmp_path / "cache", sources=["s3://no-such-bucket-here/x/*.txt"])
+        prepare(tmp_path, tmp_path / "cache", sources=[f"s3://{where}"])
     message = str(e.value)
     assert "\n" not in message
-    assert message.startswith("data.sources[0]='s3://no-such-bucket-here/x/*.txt'")
-    assert "bucket does not exist" in message or "no objects there" in message
-    with pytest.raises(SourceError, match=r"^data.sources\[0\]=.*bucket does not exist"):
-        prepare(tmp_path, tmp_path / "cache", sources=["s3://no-such-bucket-here/x/"])
+    assert message.startswith(f"data.sources[0]='s3://{where}': cannot list it (")
+    assert "bucket does not exist" in message
+
+
+def test_a_missing_prefix_or_an_empty_glob_is_one_line(s3, tmp_path):
+    s3.put("p/a.txt", b"text")
+    with pytest.raises(SourceError, match=r"^data.sources\[0\]=.*no such object or prefix"):
+        prepare(tmp_path, tmp_path / "cache", sources=[f"{s3.url}/q/"])
+    with pytest.raises(SourceError, match=r"^data.sources\[0\]=.*/p/\*.jsonl': no objects there"):
+        prepare(tmp_path, tmp_path / "cache", sources=[f"{s3.url}/p/*.jsonl"])
 
 
 def test_wrong_credentials_are_one_line_saying_so(s3, tmp_path, monkeypatch):

@@ -82,6 +82,8 @@ def list_objects(url: str, key: str, selected: Callable[[str], bool]) -> list[Re
     try:
         if _glob(path):
             infos = fs.glob(path, detail=True)
+            if not infos:
+                fs.info(base)  # nothing matched: a missing bucket or prefix says so here
         else:
             info = fs.info(path)
             infos = {path: info} if info.get("type") == "file" else fs.find(path, detail=True)
@@ -93,6 +95,9 @@ def list_objects(url: str, key: str, selected: Callable[[str], bool]) -> list[Re
         hidden = any(part.startswith(".") for part in rel.split("/"))
         if info.get("type", "file") != "file" or hidden or not selected(rel):
             continue
+        if info.get("size") is None:
+            raise SourceError(f"{key}={url!r}: {name} has no size in the listing (no "
+                              "Content-Length); packlm reads objects of a known size")  # fmt: skip
         objects.append(RemoteFile(fs.unstrip_protocol(name), name, int(info["size"]),
                                   _version(info), fs))  # fmt: skip
     if any(not o.version for o in objects):
@@ -225,6 +230,8 @@ def _version(info: dict[str, Any]) -> str:
 def _reason(e: BaseException) -> str:
     """One line: the exception's message, or its class name where it has none."""
     text = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, FileNotFoundError) and " " not in text:  # fsspec's message is the path
+        text = f"no such object or prefix {text}"
     if isinstance(e, PermissionError):
         text += "; check the credentials (for S3: AWS_ACCESS_KEY_ID / AWS_PROFILE)"
     elif "connect" in text.lower() and "endpoint" in text.lower():
