@@ -104,10 +104,18 @@ def _changed_files(corpus: Corpus, entry: Path) -> list[str]:
         for s in (*corpus.sources, *(corpus.val_sources or []))
         for path, _, mtime in s.stats
     }
-    changed = [f"{p} (new)" for p in sorted(set(now) - stored) if now[p] > built]
-    changed += [f"{p} (modified)" for p in sorted(set(now) & stored) if now[p] > built]
+    # a local file's mtime_ns says when it changed; an object's version (a str) says not when
+    changed = [f"{p} (new)" for p in sorted(set(now) - stored) if _after(now[p], built)]
+    changed += [
+        f"{p} (modified)" for p in sorted(set(now) & stored) if _after(now[p], built, False)
+    ]
     changed += [f"{p} (gone)" for p in sorted(stored - set(now))]
     return changed or [f"the listing of data.sources {[s.name for s in corpus.sources]}"]
+
+
+def _after(mtime: int | str, built: int, unknown: bool = True) -> bool:
+    """Was the file modified after the store was built (`unknown` for an object's version)?"""
+    return unknown if isinstance(mtime, str) else mtime > built
 
 
 def _path_of(doc_id: str) -> str:

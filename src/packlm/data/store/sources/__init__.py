@@ -2,9 +2,11 @@
 
 1. `entries.py`: an entry (default, a path, a glob, a directory with include/exclude, a
    `save_to_disk` folder, {path, weight}) -> a `Source` and its files, resolved before any
-   reading (a missing path fails at once); `span.py`: {path, span: [a, b]}, a byte range of
-   a text file (nanoGPT's 90/10 split of one file); `cuts.py`: where data.shard may cut a file
-   between records, so that a shard reads a piece of it, numbered as in the whole file.
+   reading (a missing path fails at once); `remote.py`: an fsspec URL (s3://, gs://, hf://,
+   https://) listed and streamed through fsspec, objects identified by version and size;
+   `span.py`: {path, span: [a, b]}, a byte range of a text file (nanoGPT's 90/10 split of one
+   file); `cuts.py`: where data.shard may cut a file between records, so that a shard reads a
+   piece of it, numbered as in the whole file.
 2. `formats.py`: a file's format from its first bytes (gzip, bz2, xz, zstd; Parquet, Arrow,
    Feather; binary signatures) and its name (.jsonl / .ndjson / .json lines, any case).
 3. `text.py`: text and JSON-lines readers: streamed, newlines normalised, split on
@@ -13,7 +15,7 @@
 5. `iter_documents` (here): every document of every source in order; what is dropped
    (empty, invalid, binary files of a walk, special files) is counted in `ReadCounts`.
    After each file it checks that the file is still what the listing recorded (size and
-   mtime, and every byte of it read): the fingerprint says what was read, or it is an error.
+   mtime, or an object's version, and every byte of it read): the fingerprint says what was read, or it is an error.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from packlm.data.store.sources.document import (
 )
 from packlm.data.store.sources.entries import DEFAULT, Source, file_stat, resolve_sources
 from packlm.data.store.sources.formats import detect, open_stream
+from packlm.data.store.sources.remote import RemoteFile
 from packlm.data.store.sources.span import open_span
 from packlm.data.store.sources.tables import table_documents
 from packlm.data.store.sources.text import jsonl_documents, text_documents
@@ -65,7 +68,8 @@ def iter_documents(
 
 
 def _documents_of(
-    source: Source, k: int, path: Path, listed: tuple[str, int, int], options: ReadOptions,
+    source: Source, k: int, path: Path | RemoteFile, listed: tuple[str, int, int | str],
+    options: ReadOptions,
     counts: ReadCounts,
 ) -> Iterator[Document]:  # fmt: skip
     """The documents of file k of the source (of its piece, for a data.shard); then
@@ -121,7 +125,9 @@ def _documents_of(
         _check_unchanged(path, listed, f.tell() if fmt.compression is None else None)
 
 
-def _check_unchanged(path: Path, listed: tuple[str, int, int], read: int | None) -> None:
+def _check_unchanged(
+    path: Path | RemoteFile, listed: tuple[str, int, int | str], read: int | None
+) -> None:
     """The file still has the size and mtime the listing recorded (what every fingerprint
     holds), and `read` (bytes read to its end; None for a compressed or table file) is that
     size: else the documents came from another file than the one the fingerprint names."""
@@ -130,6 +136,12 @@ def _check_unchanged(path: Path, listed: tuple[str, int, int], read: int | None)
     if (now_size, now_mtime) == (size, mtime) and read in (None, size):
         return
     got = "" if read is None else f", {read:,} bytes read"
+    if isinstance(path, RemoteFile):
+        raise SourceError(
+            f"{path}: changed while it was read ({size:,} bytes, {mtime} when the sources were "
+            f"listed{got}; now {now_size:,} bytes, {now_mtime}); nothing was cached from it: "
+            "run again once it no longer changes"
+        )
     raise SourceError(
         f"{path}: changed while it was read ({size:,} bytes, modified {_when(mtime)} when the "
         f"sources were listed{got}; now {now_size:,} bytes, modified {_when(now_mtime)}); "

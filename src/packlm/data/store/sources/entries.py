@@ -1,7 +1,8 @@
 """`data.sources` entries -> `Source`s with their files, resolved once, before any reading.
 
 An entry is "default" (the embedded stdlib corpus), a file, a directory (every file under
-it but hidden ones), a glob, a `datasets.save_to_disk` folder, or a mapping
+it but hidden ones), a glob, a `datasets.save_to_disk` folder, an fsspec URL (an object, a
+prefix or a glob in object storage: `remote.py`), or a mapping
 {path, weight, include, exclude, span}: include/exclude are glob patterns on the path relative to
 the entry (`*.py`, `**/tests/**`). An existing path is read as that path even when its name
 holds glob characters (`notes[1].txt`). Directory walks follow file symlinks, skip hidden
@@ -23,6 +24,7 @@ from typing import Any
 from packlm.config.sources import source_path, source_weight
 from packlm.data.store.default_corpus import default_corpus_files, stdlib_root
 from packlm.data.store.sources.document import SourceError
+from packlm.data.store.sources.remote import RemoteFile, is_url, list_objects
 from packlm.data.store.sources.tables import dataset_folder_files, is_dataset_folder
 from packlm.errors import ConfigError
 
@@ -37,11 +39,12 @@ class Source:
     name: str
     weight: float
     index: int
-    files: list[Path]
+    files: list[Path | RemoteFile]
     root: Path | None = None
     """Set for the default corpus: doc ids use paths relative to it."""
-    stats: list[tuple[str, int, int]] = field(default_factory=list)
-    """(absolute path, size, mtime_ns) per file, in reading order."""
+    stats: list[tuple[str, int, int | str]] = field(default_factory=list)
+    """(absolute path, size, mtime_ns) per file, in reading order; (URL, size, version) per
+    object of a URL source."""
     explicit: bool = True
     """One file named by the entry (a binary one is an error) or found by a walk (skipped)."""
     special_files: int = 0
@@ -76,7 +79,7 @@ class Source:
         }
 
 
-def files_fingerprint(stats: list[tuple[str, int, int]]) -> dict[str, Any]:
+def files_fingerprint(stats: list[tuple[str, int, int | str]]) -> dict[str, Any]:
     """File count, bytes and a digest of every (path, size, mtime_ns): of a source as listed
     (its fingerprint) or as read (the manifest's record, `ReadCounts.files_read`)."""
     return {
@@ -86,8 +89,11 @@ def files_fingerprint(stats: list[tuple[str, int, int]]) -> dict[str, Any]:
     }
 
 
-def file_stat(path: Path) -> tuple[str, int, int]:
-    """(absolute path, size, mtime_ns): what identifies a source file in every fingerprint."""
+def file_stat(path: Path | RemoteFile) -> tuple[str, int, int | str]:
+    """(absolute path, size, mtime_ns), or an object's (URL, size, version): what identifies
+    a source file in every fingerprint."""
+    if isinstance(path, RemoteFile):
+        return path.stat()
     try:
         st = path.stat()
     except OSError as e:
@@ -135,7 +141,12 @@ def _resolve(entry: Any, index: int, key: str) -> Source:
     include, exclude = _patterns(entry, "include"), _patterns(entry, "exclude")
     root, explicit, special = None, False, 0
     path = Path(name)
-    if name == DEFAULT:
+    if is_url(name):
+        files = list_objects(name, key, lambda rel: _wanted(rel, include, exclude))
+        if not files:
+            raise SourceError(f"{key}={name!r}: no objects there{_filtered(include, exclude)}")
+        explicit = len(files) == 1 and files[0].url == name
+    elif name == DEFAULT:
         root = stdlib_root()
         files = default_corpus_files(root)
     elif path.is_dir() and is_dataset_folder(path):
@@ -164,7 +175,9 @@ def _resolve(entry: Any, index: int, key: str) -> Source:
             )
     else:
         raise SourceError(f"{key}={name!r}: no such file or directory (cwd {os.getcwd()})")
-    stats = [file_stat(file) for file in files]
+    stats = [
+        (f.url, f.size, f.version) if isinstance(f, RemoteFile) else file_stat(f) for f in files
+    ]
     span = None if isinstance(entry, str) or entry.get("span") is None else entry.get("span")
     span = None if span is None else (float(span[0]), float(span[1]))
     return Source(name, weight, index, files, root, stats, explicit, special, span)
@@ -194,6 +207,10 @@ def _selected(path: Path, base: Path, include: list[str], exclude: list[str]) ->
         rel = path.relative_to(base).as_posix()
     except ValueError:
         rel = path.as_posix()
+    return _wanted(rel, include, exclude)
+
+
+def _wanted(rel: str, include: list[str], exclude: list[str]) -> bool:
     return (not include or any(_match(rel, p) for p in include)) and not any(
         _match(rel, p) for p in exclude
     )

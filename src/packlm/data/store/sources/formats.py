@@ -5,6 +5,7 @@ library; zstd through the `zstandard` package or Python's own `compression.zstd`
 name without the compression suffix says JSON lines (.jsonl / .ndjson / .json, any case)
 or text, and the first bytes say Parquet, Arrow / Feather or a binary file (NUL bytes, an
 image, an archive, a compiled file). Nothing here reads more than the first block.
+An object in storage (`remote.RemoteFile`) opens as a stream of its bytes like a file.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from packlm.data.store.sources.document import SourceError
+from packlm.data.store.sources.remote import RemoteFile
 
 COMPRESSION_MAGIC = {
     b"\x1f\x8b": "gzip",
@@ -55,7 +57,7 @@ class Format:
         return f"{self.compression}-compressed {inner}" if self.compression else inner
 
 
-def detect(path: Path) -> Format:
+def detect(path: Path | RemoteFile) -> Format:
     """The format of `path` from its first bytes (decompressed) and its name."""
     head = _head(path, None)
     compression = next((c for m, c in COMPRESSION_MAGIC.items() if head.startswith(m)), None)
@@ -81,14 +83,19 @@ def detect(path: Path) -> Format:
     return Format(kind, compression)
 
 
-def open_stream(path: Path, compression: str | None) -> BinaryIO:
+def open_stream(path: Path | RemoteFile, compression: str | None) -> BinaryIO:
     """A binary stream of the file's (decompressed) bytes; the caller closes it."""
+    if isinstance(path, RemoteFile):
+        raw = path.open()  # streamed, retried; a failure is a SourceError already
+        return raw if compression is None else _decompressed(path, raw, compression)
     try:
         raw = open(path, "rb")  # noqa: SIM115 (returned to the caller's `with`)
     except OSError as e:
         raise SourceError(f"{path}: cannot read ({e.strerror})") from e
-    if compression is None:
-        return raw
+    return raw if compression is None else _decompressed(path, raw, compression)
+
+
+def _decompressed(path: Path | RemoteFile, raw: BinaryIO, compression: str) -> BinaryIO:
     if compression == "gzip":
         return gzip.GzipFile(fileobj=raw)
     if compression == "bz2":
@@ -98,7 +105,7 @@ def open_stream(path: Path, compression: str | None) -> BinaryIO:
     return _zstd_reader(path, raw)
 
 
-def _zstd_reader(path: Path, raw: BinaryIO) -> BinaryIO:
+def _zstd_reader(path: Path | RemoteFile, raw: BinaryIO) -> BinaryIO:
     try:
         from compression import zstd  # Python >= 3.14
 
@@ -116,7 +123,7 @@ def _zstd_reader(path: Path, raw: BinaryIO) -> BinaryIO:
     return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
 
 
-def _head(path: Path, compression: str | None) -> bytes:
+def _head(path: Path | RemoteFile, compression: str | None) -> bytes:
     try:
         with open_stream(path, compression) as f:
             return f.read(SNIFF_BYTES)

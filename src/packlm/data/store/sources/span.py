@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from packlm.data.store.sources.document import SourceError
-from packlm.data.store.sources.formats import Format
+from packlm.data.store.sources.formats import Format, open_stream
+from packlm.data.store.sources.remote import RemoteFile
 
 
 class SpanReader:
@@ -25,13 +26,10 @@ class SpanReader:
     the file, None: all of it), or `cut`'s (byte offsets) where given."""
 
     def __init__(
-        self, path: Path, span: tuple[float, float] | None = None,
+        self, path: Path | RemoteFile, span: tuple[float, float] | None = None,
         cut: tuple[int, int] | None = None,
     ):  # fmt: skip
-        try:
-            self._f = open(path, "rb")  # noqa: SIM115 (closed by close())
-        except OSError as e:
-            raise SourceError(f"{path}: cannot read ({e.strerror})") from e
+        self._f = open_stream(path, None)  # closed by close()
         self.size = size = self._f.seek(0, 2)
         self.start, self.end = (self._cut(int(f * size), size) for f in span or (0, 1))
         if cut is not None:
@@ -76,7 +74,7 @@ class SpanReader:
 
 
 def open_span(
-    path: Path, fmt: Format, span: tuple[float, float] | None, cut: tuple[int, int] | None = None
+    path: Path | RemoteFile, fmt: Format, span: tuple[float, float] | None, cut: tuple[int, int] | None = None
 ) -> BinaryIO:
     """A reader of the span of an uncompressed text file (SourceError for any other file),
     or of the bytes `cut` of a span or file (`sources.cuts` chose them)."""

@@ -5,7 +5,9 @@ batch) through pyarrow, an optional extra: without it the error names the extra.
 A `save_to_disk` folder (state.json + Arrow stream files) is read through pyarrow too, so
 Hugging Face `datasets` itself is not needed. `data.shard` may read a piece of one file:
 the Parquet row groups or Arrow-file record batches that start in a byte range of it
-(`table_units`), its rows numbered as in the whole file.
+(`table_units`), its rows numbered as in the whole file. An object in storage is read through
+its seekable stream (`remote.RemoteFile.open`): Parquet fetches the footer and the text
+column's pages, not the whole object.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 
 from packlm.data.store.sources.document import Document, ReadCounts, ReadOptions, SourceError
 from packlm.data.store.sources.formats import Format
+from packlm.data.store.sources.remote import RemoteFile
 from packlm.data.store.sources.text import check_surrogates
 
 BATCH_ROWS = 4096
@@ -44,7 +47,7 @@ def dataset_folder_files(path: Path, key: str) -> list[Path]:
 
 
 def table_documents(
-    path: Path, fmt: Format, prefix: str, index: int, options: ReadOptions, counts: ReadCounts,
+    path: Path | RemoteFile, fmt: Format, prefix: str, index: int, options: ReadOptions, counts: ReadCounts,
     cut: tuple[int, int] | None = None,
 ) -> Iterator[Document]:  # fmt: skip
     """One document per row of the text column; ids end in the row number, in the whole
@@ -106,13 +109,26 @@ def table_units(path: Path, fmt: Format) -> tuple[np.ndarray, np.ndarray] | None
     return starts, np.asarray(rows, dtype=np.int64)
 
 
-def _batches(path: Path, fmt: Format, field: str, units: tuple[int, int] | None = None):
+def _batches(
+    path: Path | RemoteFile, fmt: Format, field: str, units: tuple[int, int] | None = None
+):
     pa = _pyarrow(path)
+    if isinstance(path, RemoteFile):
+        with path.open() as f:
+            yield from _read_batches(pa, f, fmt, field, path, units)
+    else:
+        yield from _read_batches(pa, path, fmt, field, path, units)
+
+
+def _read_batches(
+    pa, where, fmt: Format, field: str, path: Path | RemoteFile, units: tuple[int, int] | None
+):
+    """`where`: a local path or a seekable stream of the table file."""
     try:
         if fmt.kind == "parquet":
             import pyarrow.parquet as pq
 
-            reader = pq.ParquetFile(path)
+            reader = pq.ParquetFile(where)
             _check_column(path, reader.schema_arrow.names, field)
             groups = None if units is None else list(range(*units))
             yield from reader.iter_batches(batch_size=BATCH_ROWS, columns=[field],
@@ -120,11 +136,14 @@ def _batches(path: Path, fmt: Format, field: str, units: tuple[int, int] | None 
         elif fmt.detail == "feather v1":
             import pyarrow.feather as feather
 
-            table = feather.read_table(path)
+            table = feather.read_table(where)
             _check_column(path, table.column_names, field)
             yield from table.select([field]).to_batches(BATCH_ROWS)
         else:
-            with pa.memory_map(str(path)) as source:
+            source = (
+                pa.PythonFile(where) if not isinstance(where, Path) else pa.memory_map(str(where))
+            )
+            with source:
                 opened = pa.ipc.open_stream if fmt.detail == "an Arrow stream" else pa.ipc.open_file
                 reader = opened(source)
                 _check_column(path, reader.schema.names, field)
@@ -137,12 +156,12 @@ def _batches(path: Path, fmt: Format, field: str, units: tuple[int, int] | None 
         raise SourceError(f"{path}: cannot read the {fmt.describe()} file ({e})") from e
 
 
-def _check_column(path: Path, names: list[str], field: str) -> None:
+def _check_column(path: Path | RemoteFile, names: list[str], field: str) -> None:
     if field not in names:
         raise SourceError(f"{path}: no column {field!r} (data.text_field); it has {names}")
 
 
-def _pyarrow(path: Path):
+def _pyarrow(path: Path | RemoteFile):
     try:
         import pyarrow
         import pyarrow.ipc  # noqa: F401
