@@ -29,6 +29,7 @@ import torch
 from packlm.data.epoch import curriculum
 from packlm.data.epoch.collate import mark_stream
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
+from packlm.data.epoch.mixture.sampler import MixtureSampler
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.epoch.windows import validation_config
 from packlm.data.plan_logging import check_epoch_length, log_plan_statistics
@@ -128,12 +129,19 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         if isinstance(self.trainer, L.Trainer):  # before the epoch is read: it may move on
             start_the_epoch_after_a_last_batch_checkpoint(self.trainer)
         rank, world = self._rank_world()
-        sampler = PlanSampler(
-            lambda e, p=None: self.plan(e, "train", p), self.data.batch_size, rank, world,
-            epoch=self._trainer_epoch(), on_epoch=self._on_train_epoch,
-            phases=self.phases if self.data.curriculum else None, position=self._position,
+        shared = dict(
+            rank=rank, world_size=world, epoch=self._trainer_epoch(),
+            on_epoch=self._on_train_epoch, position=self._position,
             skip_documents=self.skipped_documents(), skip_steps=self._step_skips(),
         )  # fmt: skip
+        if self.mixture:
+            streams = self.streams(self.data.batch_size * world)
+            sampler = MixtureSampler(streams, self.data.batch_size, **shared)
+        else:
+            sampler = PlanSampler(
+                lambda e, p=None: self.plan(e, "train", p), self.data.batch_size,
+                phases=self.phases if self.data.curriculum else None, **shared,
+            )  # fmt: skip
         self._train_sampler = sampler
         return self._loader("train", sampler)
 
@@ -152,6 +160,7 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         return PlanDataLoader(
             dataset=dataset, sampler=sampler, packing=cfg.packing, signature=signature,
             num_workers=self.data.num_workers, varlen=self.varlen,
+            mixture_may_change=self.data.mixture_change_on_resume,
         )  # fmt: skip
 
     def _rank_world(self) -> tuple[int, int]:

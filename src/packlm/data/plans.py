@@ -24,9 +24,12 @@ from packlm.cache import DEFAULT_CACHE_DIR
 from packlm.cache.entry import temporary_sibling
 from packlm.cache.lock import locked
 from packlm.config.data import DataConfig
+from packlm.config.mixture import is_mixture, mixture_names
 from packlm.config.sources import source_weight
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.epoch import curriculum
+from packlm.data.epoch.mixture.allocation import Allocation
+from packlm.data.epoch.mixture.streams import SourceStreams, source_plan
 from packlm.data.epoch.order import directory_groups
 from packlm.data.epoch.plan import EpochPlan, build_plan
 from packlm.data.epoch.statistics import plan_statistics
@@ -198,6 +201,29 @@ class EpochPlans:
             self._plans = {k: v for k, v in self._plans.items() if k[0] != split or k[1] == epoch}
             self._plans[key] = plan
         return self._plans[key]
+
+    # --- a mixture by share (packlm.data.epoch.mixture) --------------------------------------
+    @property
+    def mixture(self) -> bool:
+        return is_mixture(self.data)
+
+    def source_plan(self, source: int, pass_: int) -> EpochPlan:
+        """Pass `pass_` of one source's stream (`packlm.data.epoch.mixture.streams`)."""
+        self.setup()
+        store = self._stores["train"]
+        return source_plan(
+            self._lengths["train"], self.data, source, pass_, np.asarray(store.doc_sources),
+            self._doc_groups(store), self._paragraph_starts(store),
+        )  # fmt: skip
+
+    def allocation(self, rows: int) -> Allocation:
+        """The rows of each source per global batch of `rows` rows (all ranks)."""
+        return Allocation.of(self.data, rows)
+
+    def streams(self, rows: int) -> SourceStreams:
+        """The mixture's per-source streams, dealt in global batches of `rows` rows."""
+        names = mixture_names(self.data)
+        return SourceStreams(self.source_plan, names, self.allocation(rows), self.data.seed)
 
     def _doc_groups(self, store: TokenStore) -> np.ndarray | None:
         """The group of each training document under data.group_by (None: no grouping)."""
