@@ -101,6 +101,5 @@ def test_a_changed_schedule_is_refused_on_resume_unless_asked_for(prepared, tmp_
         fit(prepared, tmp_path / "3.ckpt", mixture_schedule=later)
     # asked for: a change after the resume point continues exactly up to the old change
     rest = fit(prepared, tmp_path / "3.ckpt", mixture_schedule=later, mixture_change_on_resume=True)
-    assert all(
-        torch.equal(a, b) for a, b in zip(rest.seen[: CHANGE - 4], reference.seen[3 : CHANGE - 1])
-    )
+    same = zip(rest.seen[: CHANGE - 4], reference.seen[3 : CHANGE - 1], strict=True)
+    assert all(torch.equal(a, b) for a, b in same)
