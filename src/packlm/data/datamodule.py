@@ -135,7 +135,8 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
             skip_documents=self.skipped_documents(), skip_steps=self._step_skips(),
         )  # fmt: skip
         if self.mixture:
-            streams = self.streams(self.data.batch_size * world)
+            accumulate = getattr(self.trainer, "accumulate_grad_batches", 1)
+            streams = self.streams(self.data.batch_size * world, accumulate)
             sampler = MixtureSampler(streams, self.data.batch_size, **shared)
         else:
             sampler = PlanSampler(

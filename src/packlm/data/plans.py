@@ -216,14 +216,11 @@ class EpochPlans:
             self._doc_groups(store), self._paragraph_starts(store),
         )  # fmt: skip
 
-    def allocation(self, rows: int) -> Allocation:
-        """The rows of each source per global batch of `rows` rows (all ranks)."""
-        return Allocation.of(self.data, rows)
-
-    def streams(self, rows: int) -> SourceStreams:
-        """The mixture's per-source streams, dealt in global batches of `rows` rows."""
-        names = mixture_names(self.data)
-        return SourceStreams(self.source_plan, names, self.allocation(rows), self.data.seed)
+    def streams(self, rows: int, accumulate: int = 1) -> SourceStreams:
+        """The mixture's per-source streams, dealt in global batches of `rows` rows (all
+        ranks), `accumulate` of them an optimizer step (the schedule's unit)."""
+        allocation = Allocation.of(self.data, rows, accumulate)
+        return SourceStreams(self.source_plan, mixture_names(self.data), allocation, self.data.seed)
 
     def _doc_groups(self, store: TokenStore) -> np.ndarray | None:
         """The group of each training document under data.group_by (None: no grouping)."""

@@ -1,8 +1,9 @@
 """Rows of each global batch per source under a mixture: a pure function of (schedule, step).
 
 The target: source s should have `T_s(u) = B * sum_{v<u} share_s(v)` of the first u global
-batches' u*B rows (B rows a global batch; `share_s(v)` the schedule at step v: a point's
-shares, or linear between points). Shares are rounded to integer parts of Q = 2^20 per step
+batches' u*B rows (B rows a global batch; `share_s(v)` the schedule at global batch v: a
+point's shares, or linear between points; a schedule's optimizer step k is global batch
+k * trainer.accumulate_grad_batches). Shares are rounded to integer parts of Q = 2^20 per step
 (largest remainder, so the parts of every step sum to Q exactly), and T_s counts those.
 
 The rule: the k-th row of source s (k = 1, 2, ...) is *due* at the moment T_s reaches k,
@@ -70,12 +71,13 @@ class Allocation:
             self._w_at[1:] = self.rows * np.cumsum(spans, axis=0)
 
     @classmethod
-    def of(cls, cfg: Any, rows: int) -> Allocation:
-        """The allocation of a DataConfig's mixture for global batches of `rows` rows."""
+    def of(cls, cfg: Any, rows: int, accumulate: int = 1) -> Allocation:
+        """The allocation of a DataConfig's mixture for global batches of `rows` rows, with
+        `accumulate` global batches an optimizer step (the schedule's steps are optimizer steps)."""
         points = mixture_points(cfg)
         shares = np.asarray([list(shares.values()) for _, shares in points])  # [P, n]
         linear = cfg.mixture_interpolation == "linear"
-        return cls([step for step, _ in points], shares, linear, rows)
+        return cls([step * accumulate for step, _ in points], shares, linear, rows)
 
     def parts(self, u: np.ndarray) -> np.ndarray:
         """int64 [len(u), n]: each step's shares in parts of Q."""
