@@ -70,6 +70,9 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         """Expected supervised targets (all ranks) after `batches` global batches, through the
         curriculum's phases (the lr schedule's token horizon)."""
         world = self._rank_world()[1]
+        if self.mixture:
+            accumulate = getattr(self.trainer, "accumulate_grad_batches", 1)
+            return self.mixture_rates(self.data.batch_size * world, accumulate).tokens(batches)
         rates = [self.supervised_tokens_per_batch(p) * world for p in range(len(self.phases))]
         return curriculum.expected_tokens(self.phases, rates, batches)
 

@@ -29,6 +29,7 @@ from packlm.config.sources import source_weight
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.epoch import curriculum
 from packlm.data.epoch.mixture.allocation import Allocation
+from packlm.data.epoch.mixture.expected import MixtureRates, per_row_tokens, phase_table
 from packlm.data.epoch.mixture.streams import SourceStreams, source_plan
 from packlm.data.epoch.order import directory_groups
 from packlm.data.epoch.plan import EpochPlan, build_plan
@@ -84,6 +85,7 @@ class EpochPlans:
         self._stores: dict[str, TokenStore] = {}
         self._lengths: dict[str, np.ndarray] = {}
         self._plans: dict[tuple[str, int, int], EpochPlan] = {}
+        self._streams: dict[tuple[int, int], SourceStreams] = {}  # a mixture's, per batch
         self.phases = curriculum.phases_of(self.data)  # one phase without data.curriculum
         self._stats: dict[tuple[str, int], dict[str, Any]] = {}  # the latest epoch's only
 
@@ -97,7 +99,7 @@ class EpochPlans:
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (spawned processes): open stores and plans are rebuilt, never copied."""
         state = dict(self.__dict__)
-        state.update(_stores={}, _lengths={}, _plans={})
+        state.update(_stores={}, _lengths={}, _plans={}, _streams={})
         return state
 
     # --- preparation -------------------------------------------------------------------
@@ -218,9 +220,24 @@ class EpochPlans:
 
     def streams(self, rows: int, accumulate: int = 1) -> SourceStreams:
         """The mixture's per-source streams, dealt in global batches of `rows` rows (all
-        ranks), `accumulate` of them an optimizer step (the schedule's unit)."""
-        allocation = Allocation.of(self.data, rows, accumulate)
-        return SourceStreams(self.source_plan, mixture_names(self.data), allocation, self.data.seed)
+        ranks), `accumulate` of them an optimizer step (the schedule's unit); kept."""
+        key = (rows, accumulate)
+        if key not in self._streams:
+            allocation = Allocation.of(self.data, rows, accumulate)
+            names = mixture_names(self.data)
+            self._streams[key] = SourceStreams(self.source_plan, names, allocation, self.data.seed)
+        return self._streams[key]
+
+    def mixture_rates(self, rows: int, accumulate: int = 1) -> MixtureRates:
+        """Expected supervised tokens of the mixture after n global batches, and back."""
+        streams = self.streams(rows, accumulate)
+        doc_sources = np.asarray(self.store("train").doc_sources)
+        return MixtureRates(streams, per_row_tokens(streams, doc_sources))
+
+    def mixture_statistics(self, rows: int, accumulate: int = 1) -> dict[str, Any]:
+        """The mixture's sources and phases with their expected supervised tokens."""
+        rates = self.mixture_rates(rows, accumulate)
+        return phase_table(self.streams(rows, accumulate), rates.per_row, accumulate)
 
     def _doc_groups(self, store: TokenStore) -> np.ndarray | None:
         """The group of each training document under data.group_by (None: no grouping)."""
