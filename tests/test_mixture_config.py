@@ -9,7 +9,7 @@ from packlm.config.data import DataConfig
 from packlm.config.mixture import mixture_points, mixture_signature
 from packlm.errors import ConfigError
 
-TWO = ["data/web.jsonl.zst", "code/"]
+TWO = ["data/web/*.jsonl.zst", "code/"]
 
 
 def schedule(*points):
@@ -94,7 +94,7 @@ def test_a_bad_mixture_is_one_error_naming_its_key(case):
     assert "\n" not in str(error.value)
 
 
-def test_names_default_to_the_path_stem_and_a_schedule_fills_left_out_sources_with_0():
+def test_names_default_to_the_path_stem_or_a_globs_folder_and_a_schedule_fills_left_out_sources_with_0():
     cfg = DataConfig.from_mapping(
         dict(
             sources=[*TWO, {"path": "m.txt", "name": "math"}],

@@ -27,8 +27,8 @@ class DataConfig(ConfigGroup):
     {path: ..., weight: w, include: [...], exclude: [...], span: [a, b]}: each document of the
     source is seen w times per epoch on average; or {path: ..., share: s, name: n}: a mixture,
     the fraction s of every global batch's rows from the source (the shares sum to 1; name
-    defaults to the path's stem; see data.mixture_schedule); include/exclude are globs on paths under the
-    entry; span reads bytes [a, b) of each (uncompressed text) file, as fractions of its size.
+    defaults to the path's stem, a glob's to its folder; see data.mixture_schedule);
+    include/exclude are globs on paths under the entry; span reads bytes [a, b) of each (uncompressed text) file, as fractions of its size.
     Files: text, JSON lines (.jsonl/.ndjson/.json), Parquet, Arrow/Feather (the extra
     packlm[arrow]), a datasets save_to_disk folder; gzip/bz2/xz/zstd compressed (by content)."""
     val_sources: list[Any] | None = None

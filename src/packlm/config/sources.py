@@ -23,11 +23,18 @@ def source_share(entry: Any) -> float | None:
 
 
 def source_name(entry: Any) -> str:
-    """A source's name in a mixture: its `name`, else its path's stem (data/web.jsonl.zst -> web)."""
+    """A source's name in a mixture: its `name`, else its path's stem (data/web.jsonl.zst ->
+    web, code/ -> code), for a glob the folder it starts in (web/*.jsonl.zst -> web)."""
     if hasattr(entry, "get") and entry.get("name"):
         return str(entry.get("name"))
-    stem = PurePosixPath(source_path(entry).rstrip("/")).name
-    return stem.split(".", 1)[0] or stem
+    parts = PurePosixPath(source_path(entry)).parts
+    plain = [i for i, p in enumerate(parts) if not set("*?[").intersection(p)]
+    if not plain:
+        return source_path(entry)
+    last = parts[plain[-1]]
+    if plain[-1] < len(parts) - 1:  # a glob below it: the folder's name
+        return last
+    return last.split(".", 1)[0] or last
 
 
 def source_weight(entry: Any) -> float:
