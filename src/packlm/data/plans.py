@@ -33,6 +33,7 @@ from packlm.data.epoch.mixture.expected import MixtureRates, per_row_tokens, pha
 from packlm.data.epoch.mixture.streams import SourceStreams, source_plan
 from packlm.data.epoch.order import directory_groups
 from packlm.data.epoch.plan import EpochPlan, build_plan
+from packlm.data.epoch.snap import ParagraphIndex
 from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.epoch.windows import validation_config
 from packlm.data.skip import resolve_documents
@@ -86,6 +87,7 @@ class EpochPlans:
         self._lengths: dict[str, np.ndarray] = {}
         self._plans: dict[tuple[str, int, int], EpochPlan] = {}
         self._streams: dict[tuple[int, int], SourceStreams] = {}  # a mixture's, per batch
+        self._paragraph_index: ParagraphIndex | None = None  # a mixture's passes share it
         self.phases = curriculum.phases_of(self.data)  # one phase without data.curriculum
         self._stats: dict[tuple[str, int], dict[str, Any]] = {}  # the latest epoch's only
 
@@ -99,7 +101,7 @@ class EpochPlans:
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (spawned processes): open stores and plans are rebuilt, never copied."""
         state = dict(self.__dict__)
-        state.update(_stores={}, _lengths={}, _plans={}, _streams={})
+        state.update(_stores={}, _lengths={}, _plans={}, _streams={}, _paragraph_index=None)
         return state
 
     # --- preparation -------------------------------------------------------------------
@@ -213,9 +215,18 @@ class EpochPlans:
         """Pass `pass_` of one source's stream (`packlm.data.epoch.mixture.streams`)."""
         self.setup()
         store = self._stores["train"]
+        key = f"source {source}"
+        if key not in self._lengths:  # its store documents, found once
+            self._lengths[key] = np.flatnonzero(np.asarray(store.doc_sources) == source)
+        starts, paragraphs = self._paragraph_starts(store), None
+        if starts is not None:  # data.snap=paragraph: indexed once for every pass
+            if self._paragraph_index is None:
+                lengths = self._lengths["train"]
+                self._paragraph_index = ParagraphIndex.of(starts, lengths, self.data.bos)
+            paragraphs = self._paragraph_index
         return source_plan(
-            self._lengths["train"], self.data, source, pass_, np.asarray(store.doc_sources),
-            self._doc_groups(store), self._paragraph_starts(store),
+            self._lengths["train"], self.data, source, pass_, self._lengths[key],
+            self._doc_groups(store), paragraphs,
         )  # fmt: skip
 
     def streams(self, rows: int, accumulate: int = 1) -> SourceStreams:

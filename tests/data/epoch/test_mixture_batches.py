@@ -14,7 +14,9 @@ import pytest
 from helpers.plans import config, loader_over, write_position_store
 from packlm.data.epoch.mixture.allocation import Allocation
 from packlm.data.epoch.mixture.sampler import MixtureSampler
-from packlm.data.epoch.mixture.streams import SourceStreams, source_plan
+from packlm.data.epoch.mixture.streams import SourceStreams, source_plan, source_seed
+from packlm.data.epoch.plan import build_plan
+from packlm.data.epoch.snap import ParagraphIndex
 from packlm.data.skip import StepSkips
 from packlm.errors import ConfigError
 
@@ -45,7 +47,8 @@ def store(tmp_path_factory):
 
 def streams(cfg, rows):
     lengths = LENGTHS.astype(np.int64)
-    plan_of = lambda s, p: source_plan(lengths, cfg, s, p, SOURCES)  # noqa: E731
+    docs = [np.flatnonzero(s == SOURCES) for s in range(3)]
+    plan_of = lambda s, p: source_plan(lengths, cfg, s, p, docs[s])  # noqa: E731
     return SourceStreams(plan_of, ["web", "code", "math"], Allocation.of(cfg, rows), cfg.seed)
 
 
@@ -161,3 +164,49 @@ def test_a_resume_with_another_global_batch_is_refused(store):
     next(it)
     with pytest.raises(ConfigError, match="data.batch_size.*global batch"):
         loader(store, replace(CFG, batch_size=3)).load_state_dict(first.state_dict())
+
+
+PLAN_CASES = {
+    "document": {},
+    "none_drop": dict(packing="none", tail="drop"),
+    "stream_cover_bos": dict(packing="stream", tail="cover", bos=True),
+    "best_fit_grouped": dict(pack_size=17, pack_strategy="best_fit", pack_buffer=8),
+    "snap_paragraph": dict(snap="paragraph", snap_tolerance=3),
+}
+
+
+@pytest.mark.parametrize("case", PLAN_CASES)
+def test_a_pass_is_the_ordinary_plan_of_the_source_alone(case):
+    """Every packing mode, window, stride, offset, tail and snap rule holds inside a source:
+    its pass p is `build_plan` over the whole store with the other sources' weight 0."""
+    cfg = replace(CFG, **PLAN_CASES[case])
+    lengths = LENGTHS.astype(np.int64)
+    groups = SOURCES if "grouped" in case else None  # data.group_by=source
+    starts = np.sort(np.random.default_rng(0).choice(int(lengths.sum()), 200, replace=False))
+    starts = starts if cfg.snap == "paragraph" else None
+    index = None if starts is None else ParagraphIndex.of(starts, lengths, cfg.bos)
+    for s in range(3):
+        seed = source_seed(cfg.seed, ["web", "code", "math"][s])
+        weights = [float(k == s) for k in range(3)]
+        for p in (0, 3):
+            mine = source_plan(lengths, cfg, s, p, np.flatnonzero(s == SOURCES), groups, index)
+            whole = build_plan(
+                lengths, replace(cfg, seed=seed), p, SOURCES, weights, groups, starts
+            )
+            ids = np.arange(whole.n_samples)
+            assert mine.n_samples == whole.n_samples
+            for a, b in zip(
+                mine.pieces(mine.sample_ids(ids)), whole.pieces(whole.sample_ids(ids)), strict=True
+            ):
+                assert np.array_equal(a, b)
+
+
+def test_a_pass_keeps_each_group_of_the_source_adjacent():
+    """data.group_by=directory inside a source: a group's documents stay together."""
+    cfg = replace(CFG, group_by="directory")
+    groups, docs = np.arange(len(LENGTHS)) // 5, np.flatnonzero(SOURCES == 0)
+    for p in range(3):
+        plan = source_plan(LENGTHS.astype(np.int64), cfg, 0, p, docs, groups)
+        seen = groups[plan.order]  # [n] group of each epoch document, in epoch order
+        runs = seen[np.r_[True, seen[1:] != seen[:-1]]]
+        assert len(runs) == len(set(runs.tolist())) == len(np.unique(groups[docs]))  # one run each

@@ -22,8 +22,10 @@ import numpy as np
 
 from packlm.config.data import DataConfig
 from packlm.config.mixture import mixture_names
+from packlm.data.epoch.indexing import index_dtype
 from packlm.data.epoch.mixture.allocation import Allocation
 from packlm.data.epoch.plan import EpochPlan, build_plan
+from packlm.data.epoch.snap import ParagraphIndex
 from packlm.errors import ConfigError
 
 BATCH_ORDER = 7
@@ -40,17 +42,31 @@ def source_plan(
     cfg: DataConfig,
     source: int,
     pass_: int,
-    doc_sources: np.ndarray,
+    docs: np.ndarray,
     doc_groups: np.ndarray | None = None,
-    paragraph_starts: np.ndarray | None = None,
+    paragraphs: ParagraphIndex | None = None,
 ) -> EpochPlan:
     """Pass `pass_` of one source's stream: the ordinary plan (`build_plan`) over its
-    documents alone (mixing weight 1, every other source 0), seeded by (data.seed, name)."""
-    n_sources = max(len(cfg.sources), int(doc_sources.max()) + 1 if len(doc_sources) else 0)
-    weights = [1.0 if s == source else 0.0 for s in range(n_sources)]
-    seed = source_seed(cfg.seed, mixture_names(cfg)[source])
-    mine = replace(cfg, seed=seed)
-    return build_plan(doc_lengths, mine, pass_, doc_sources, weights, doc_groups, paragraph_starts)
+    documents `docs` (int, ascending store indices) alone, seeded by (data.seed, its name).
+
+    Built over the source's own lengths (the cost of a pass is the source's size, so a
+    small source read thousands of times stays cheap), then put in store coordinates: the
+    same plan as `build_plan` over the whole store with the other sources' weight 0.
+    `paragraphs` (data.snap=paragraph): the store's, `ParagraphIndex.of` the whole store."""
+    mine = replace(cfg, seed=source_seed(cfg.seed, mixture_names(cfg)[source]))
+    # the source's groups numbered 0.. among themselves (data.group_by=directory)
+    groups = (
+        None
+        if doc_groups is None
+        else np.unique(np.asarray(doc_groups)[docs], return_inverse=True)[1]
+    )
+    # paragraph starts are looked up in store coordinates: set below, not the subset's
+    stand_in = None if paragraphs is None else np.zeros(0, dtype=np.int64)
+    plan = build_plan(np.asarray(doc_lengths)[docs], mine, pass_, None, None, groups, stand_in)
+    plan.order = docs[plan.order].astype(index_dtype(len(doc_lengths)))
+    plan.doc_lengths = np.asarray(doc_lengths, dtype=np.int64)
+    plan.paragraphs = paragraphs
+    return plan
 
 
 class SourceStreams:
@@ -104,16 +120,17 @@ class SourceStreams:
         return max(1, -(-total // self.rows))
 
     def locate(self, source: int, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(pass, position in that pass's sample order) of stream rows k (int64, ascending)."""
+        """(pass, position in that pass's sample order) of stream rows k (int64)."""
         k = np.asarray(k, dtype=np.int64)
         if len(k) == 0:
             return k, k
-        p = 0
-        while sum(self.pass_samples(source, q) for q in range(p + 1)) <= k[-1]:
-            p += 1
-        ends = np.cumsum([self.pass_samples(source, q) for q in range(p + 1)])  # [p+1]
+        counts, top = self._counts[source], int(k.max())
+        total = sum(counts)
+        while not counts or total <= top:  # count the passes up to the furthest row
+            total += self.pass_samples(source, len(counts))
+        ends = np.cumsum(counts)  # [passes counted]
         passes = np.searchsorted(ends, k, side="right")
-        return passes, k - np.concatenate([[0], ends])[passes]
+        return passes, k - (ends - np.asarray(counts))[passes]
 
     def batch_sources(self, g: int) -> tuple[np.ndarray, np.ndarray]:
         """(source, stream row) of each of global batch g's B rows, in the batch's order."""
