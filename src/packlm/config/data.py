@@ -64,7 +64,9 @@ class DataConfig(ConfigGroup):
     """Shares that change with the optimizer step: [{step: 0, shares: {web: 0.7, code: 0.3}},
     {step: 9000, shares: {web: 0.3, code: 0.7}}] (source names; the first point at step 0,
     steps ascending, each point's shares summing to 1, a source left out has share 0);
-    instead of the entries' share. null: the entries' shares, or no mixture."""
+    instead of the entries' share. null: the entries' shares, or no mixture. Under a mixture
+    each source is read pass after pass (each its own reshuffle and offsets), and an epoch is
+    the global batches one pass of every source at its natural size fills."""
     mixture_interpolation: str = "constant"
     """Shares between two data.mixture_schedule points: constant (a point's shares hold until
     the next point) or linear (they move step by step to the next point's)."""

@@ -29,7 +29,7 @@ import torch
 from packlm.data.epoch import curriculum
 from packlm.data.epoch.collate import mark_stream
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
-from packlm.data.epoch.mixture.sampler import MixtureSampler
+from packlm.data.epoch.mixture.sampler import MixtureSampler, mixture_line
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.epoch.windows import validation_config
 from packlm.data.plan_logging import check_epoch_length, log_plan_statistics
@@ -141,6 +141,8 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
             accumulate = getattr(self.trainer, "accumulate_grad_batches", 1)
             streams = self.streams(self.data.batch_size * world, accumulate)
             sampler = MixtureSampler(streams, self.data.batch_size, **shared)
+            if self._train_sampler is None and rank == 0:
+                log.info("%s", mixture_line(streams, accumulate))
         else:
             sampler = PlanSampler(
                 lambda e, p=None: self.plan(e, "train", p), self.data.batch_size,

@@ -65,3 +65,18 @@ class MixtureSampler(PlanSampler):
                 skipped = np.isin(pieces[1], self.skip_documents)  # [p]
                 skipped = skipped if skipped.any() else None
             yield BatchPieces(self.batch_size, pieces, None, skipped)
+
+
+def mixture_line(streams: SourceStreams, accumulate: int = 1) -> str:
+    """The log line of a run's mixture: its schedule, and what an epoch is."""
+    allocation = streams.allocation
+    points = "; ".join(
+        f"step {step // accumulate}: "
+        + ", ".join(f"{n} {s:g}" for n, s in zip(streams.names, shares, strict=True))
+        for step, shares in zip(allocation.steps.tolist(), allocation.shares.tolist(), strict=True)
+    )
+    how = "linear between points" if allocation.linear else "constant between points"
+    return (
+        f"data mixture by share ({how}): {points}; an epoch is {streams.epoch_batches():,} "
+        f"global batches of {streams.rows} rows"
+    )
