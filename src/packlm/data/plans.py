@@ -236,7 +236,9 @@ class EpochPlans:
         if key not in self._streams:
             allocation = Allocation.of(self.data, rows, accumulate)
             names = mixture_names(self.data)
-            self._streams[key] = SourceStreams(self.source_plan, names, allocation, self.data.seed)
+            streams = SourceStreams(self.source_plan, names, allocation, self.data.seed)
+            streams.check()  # a source with a share and no document: refused before training
+            self._streams[key] = streams
         return self._streams[key]
 
     def mixture_rates(self, rows: int, accumulate: int = 1) -> MixtureRates:

@@ -210,3 +210,22 @@ def test_a_pass_keeps_each_group_of_the_source_adjacent():
         seen = groups[plan.order]  # [n] group of each epoch document, in epoch order
         runs = seen[np.r_[True, seen[1:] != seen[:-1]]]
         assert len(runs) == len(set(runs.tolist())) == len(np.unique(groups[docs]))  # one run each
+
+
+def test_a_source_without_documents_is_an_error_only_when_its_share_asks_for_rows():
+    lengths = np.asarray([50, 40], dtype=np.int64)  # math: no training document
+    sources = np.asarray([0, 1])
+    cfg = CFG
+    docs = [np.flatnonzero(sources == s) for s in range(3)]
+    plan_of = lambda s, p: source_plan(lengths, cfg, s, p, docs[s])  # noqa: E731
+    names = ["web", "code", "math"]
+    idle = replace(cfg, mixture_schedule=[{"step": 0, "shares": {"web": 0.5, "code": 0.5}}])
+    fine = SourceStreams(plan_of, names, Allocation.of(idle, 4), cfg.seed)
+    assert fine.pieces(3, np.arange(4)).shape[1] >= 4
+    fine.check()
+    asked = SourceStreams(plan_of, names, Allocation.of(CFG, 4), cfg.seed)
+    with pytest.raises(ConfigError, match="source 'math' has a share but no training document"):
+        asked.check()  # what EpochPlans.streams runs before any batch
+    with pytest.raises(ConfigError, match="source 'math' has a share but no training document"):
+        for g in range(4):
+            asked.pieces(g, np.arange(4))

@@ -104,15 +104,21 @@ class SourceStreams:
         """Samples of pass p of a source (its passes 0 .. p are counted once)."""
         counts = self._counts[source]
         while len(counts) <= p:
-            n = self.plan(source, len(counts)).n_samples
-            if n == 0:
-                raise ConfigError(
-                    f"data.sources: the source {self.names[source]!r} gives no sample under "
-                    "this window, stride and tail (too short a source for a mixture); give it "
-                    "more text, share 0, or data.tail=pad"
-                )
-            counts.append(n)
+            counts.append(self.plan(source, len(counts)).n_samples)
         return counts[p]
+
+    def check(self) -> None:
+        """Refuse, before training, a source that some step gives rows but has no sample."""
+        for s in range(len(self.names)):
+            if self.allocation.shares[:, s].max() > 0 and self.pass_samples(s, 0) == 0:
+                raise ConfigError(self._empty(s))
+
+    def _empty(self, source: int) -> str:
+        return (
+            f"data.sources: the source {self.names[source]!r} has a share but no training "
+            "document (all of a small source may go to validation by data.val_fraction); "
+            "give it share 0, or give data.val_sources"
+        )
 
     def epoch_batches(self) -> int:
         """Global batches of one epoch: one pass of every source at its natural size."""
@@ -127,7 +133,9 @@ class SourceStreams:
         counts, top = self._counts[source], int(k.max())
         total = sum(counts)
         while not counts or total <= top:  # count the passes up to the furthest row
-            total += self.pass_samples(source, len(counts))
+            if self.pass_samples(source, len(counts)) == 0:
+                raise ConfigError(self._empty(source))
+            total += counts[-1]
         ends = np.cumsum(counts)  # [passes counted]
         passes = np.searchsorted(ends, k, side="right")
         return passes, k - (ends - np.asarray(counts))[passes]
