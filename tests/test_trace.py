@@ -9,6 +9,7 @@ import pytest
 
 from helpers.plans import write_position_store
 from packlm.commands.trace import Schedule, Tracer, main, parse_doc_id
+from packlm.commands.trace.cli import render
 from packlm.config.data import DataConfig
 from packlm.data.epoch.curriculum import Position
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
@@ -172,3 +173,5 @@ def test_skipped_steps_of_a_mixture_trace_to_the_batches_trained(prepared):
         trace = tracer.batch(epoch, b)
         assert [r["input_ids"] for r in trace["rows"]] == trained[step].tolist()
         assert {r["mixture"]["source"] for r in trace["rows"]} <= {"a", "b"}
+        text = render([trace])
+        assert "  mixture: shares a " in text and " pass " in text

@@ -130,7 +130,7 @@ class Tracer:
         """The trace of global batch `batch` of `epoch` (counted in the plan, data.skip_steps'
         left-out batches included): every row (of `rank` only, if given)."""
         if self.streams is not None:
-            return mixture_batch(self, epoch, batch, rank)
+            return {**mixture_batch(self, epoch, batch, rank), "label_rule": LABEL_RULE}
         at = self.epoch_start(epoch)
         segments, before = self.segments(at), 0
         n_batches = self.schedule.batches_of(sum(s.batches for s in segments))
