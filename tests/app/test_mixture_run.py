@@ -4,6 +4,7 @@ per phase, and a resume under another schedule is refused before any work."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from packlm.commands.stats import statistics
+from packlm.commands.trace.run import tracer_of
 from packlm.errors import ConfigError
 from packlm.train import train
 
@@ -50,6 +52,14 @@ def test_tensorboard_shows_realized_and_target_shares_and_stats_the_phases(
         late = np.mean([share[s] for s in share if s >= 4])
         assert (early > 0.5) == (before > 0.5) and (late > 0.5) == (after > 0.5)
     assert scalars(run, "Loss/train_by_source/small")  # beside the per-source loss
+
+    tracer = tracer_of(run / "checkpoints" / "last.ckpt")  # python -m packlm.trace
+    for step in (3, 4):
+        ((epoch, batch),) = tracer.step_batches(step)
+        trace = tracer.batch(epoch, batch)
+        rows = Counter(r["mixture"]["source"] for r in trace["rows"])
+        assert rows == {k: v for k, v in trace["mixture_rows"].items() if v}
+        assert trace["mixture_shares"]["small"] == (0.7 if step < 4 else 0.2)
 
     out = statistics(compose_tiny(*mixture(tiny_corpus)))["mixture"]
     first, last = out["phases"]
