@@ -9,11 +9,14 @@ import pytest
 
 from helpers.plans import write_position_store
 from packlm.commands.trace import Schedule, Tracer, main, parse_doc_id
+from packlm.commands.trace.cli import render
 from packlm.config.data import DataConfig
 from packlm.data.epoch.curriculum import Position
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
+from packlm.data.epoch.mixture.sampler import MixtureSampler
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.plans import EpochPlans
+from packlm.data.skip import StepSkips
 from packlm.data.store.prepared import PreparedData
 
 LENGTHS = np.random.default_rng(4).integers(1, 40, size=70)
@@ -28,6 +31,14 @@ CASES = {
         packing="stream", pack_size=9, pack_strategy="best_fit", group_by="source", bos=True
     ),
     "snap_cover": dict(snap="document", snap_tolerance=3, tail="cover", packing="none"),
+    "mixture_schedule": dict(
+        sources=["a", "b"],
+        mixture_schedule=[
+            {"step": 0, "shares": {"a": 0.8, "b": 0.2}},
+            {"step": 9, "shares": {"b": 1}},
+        ],
+        mixture_interpolation="linear",
+    ),
 }
 
 
@@ -47,10 +58,17 @@ def yielded(plans: EpochPlans, rank: int) -> list[list[dict]]:
     curriculum = plans.phases if cfg.curriculum else None
     position, out = Position(), []
     for epoch in range(EPOCHS):
-        sampler = PlanSampler(
-            lambda e, p=None: plans.plan(e, "train", p), cfg.batch_size, rank, WORLD, epoch,
-            phases=curriculum, position=position,
-        )  # fmt: skip
+        skips = StepSkips.of(cfg.skip_steps, 2)
+        if plans.mixture:
+            sampler = MixtureSampler(
+                plans.streams(cfg.batch_size * WORLD, 2), cfg.batch_size, rank=rank,
+                world_size=WORLD, epoch=epoch, position=position, skip_steps=skips,
+            )  # fmt: skip
+        else:
+            sampler = PlanSampler(
+                lambda e, p=None: plans.plan(e, "train", p), cfg.batch_size, rank, WORLD, epoch,
+                phases=curriculum, position=position, skip_steps=skips,
+            )  # fmt: skip
         dataset = WindowDataset(
             store.path, cfg.window, store.pad_id, store.eos_id if cfg.bos else None
         )
@@ -133,3 +151,27 @@ def test_command_line_prints_json_and_text_and_refuses_unknown_keys(prepared, mo
     with pytest.raises(SystemExit) as e:
         main(["run", "stepp=0"])
     assert e.value.code == 2 and "unknown: stepp" in capsys.readouterr().err
+
+
+def test_skipped_steps_of_a_mixture_trace_to_the_batches_trained(prepared):
+    """data.skip_steps across a schedule change: logged step k is the plan step the trace names."""
+    mixture = CASES["mixture_schedule"]
+    data = DataConfig.from_mapping({**BASE, **mixture, "skip_steps": [4, 11]}).validate()
+    plans = EpochPlans(prepared=prepared, data=data, progress=False)
+    tracer = Tracer(plans, Schedule())
+    store = plans.store("train")
+    sampler = MixtureSampler(
+        plans.streams(data.batch_size), data.batch_size, skip_steps=StepSkips.of([4, 11])
+    )
+    dataset = WindowDataset(store.path, data.window, store.pad_id)
+    loader = PlanDataLoader(dataset, sampler, data.packing, plan_signature(data, store, None))
+    trained = [b["input_ids"].numpy() for b in loader]
+    assert len(trained) == tracer.epoch_batches(0) - 2
+    for step in (3, 4, 5, 10, 11, 12):
+        ((epoch, b),) = tracer.step_batches(step)
+        assert b == step + (step >= 4) + (step + 1 >= 11)  # the plan batch after the skips
+        trace = tracer.batch(epoch, b)
+        assert [r["input_ids"] for r in trace["rows"]] == trained[step].tolist()
+        assert {r["mixture"]["source"] for r in trace["rows"]} <= {"a", "b"}
+        text = render([trace])
+        assert "  mixture: shares a " in text and " pass " in text

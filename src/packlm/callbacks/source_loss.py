@@ -5,6 +5,11 @@ the loss already computed (`LitCausalLM.last_target_ce`; `packlm.model.source_lo
   train/loss): a source's sum of CE over its supervised targets in the whole optimizer step
   (every micro-batch of the accumulation cycle, every rank: one all-reduce of [3, sources])
   / its targets in the step. Only the logged steps are summed: the others cost nothing.
+  Under a mixture by share <name> is the source's mixture name (`name:` or its path's stem).
+- `mixture/<name>/share` and `mixture/<name>/target`, on the same steps, under a mixture by
+  share (`packlm.data.epoch.mixture`): the source's share of the step's supervised targets
+  (all ranks) and the schedule's share at the step (its first global batch), from the same
+  totals, so realized and asked-for shares sit in one chart section per run.
 - `Loss/val_by_source/<name>`, after each validation: the same over the whole validation
   set, all ranks.
   Both only where the split's store has more than one source (several data.sources); the
@@ -34,10 +39,13 @@ import numpy as np
 from packlm.batch import DOCUMENT_KEY, SOURCE_KEY
 from packlm.callbacks.step_metrics import is_logging_step
 from packlm.callbacks.views.tensorboard import tensorboard_logger
+from packlm.config.mixture import mixture_names
+from packlm.data.epoch.mixture.allocation import Allocation, Q
 from packlm.model.source_loss import GroupTotals, group_losses
 
 TRAIN = "Loss/train_by_source/"
 VAL = "Loss/val_by_source/"
+MIXTURE = "mixture/"
 HARDEST = "validation/hardest_documents"
 EXCERPT = 80  # characters of a hardest document's text shown
 
@@ -58,6 +66,7 @@ class SourceLosses(L.Callback):
         self._val: GroupTotals | None = None
         self._docs: GroupTotals | None = None
         self._seen_step = -1
+        self._mixture: tuple[list[str], Allocation, int] | None = None  # names, rows, accumulate
 
     def _store(self, trainer: L.Trainer, split: str) -> Any:
         datamodule = getattr(trainer, "datamodule", None)
@@ -66,10 +75,18 @@ class SourceLosses(L.Callback):
     # --- training -------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._seen_step = trainer.global_step  # a resumed run starts past its checkpoint
+        datamodule = getattr(trainer, "datamodule", None)
+        if getattr(datamodule, "mixture", False):  # a mixture's sources go by their names
+            rows = datamodule.data.batch_size * trainer.world_size
+            accumulate = trainer.accumulate_grad_batches
+            allocation = Allocation.of(datamodule.data, rows, accumulate)
+            self.train_sources = mixture_names(datamodule.data)
+            self._mixture = (self.train_sources, allocation, accumulate)
         if self.train_sources is None and (store := self._store(trainer, "train")) is not None:
             self.train_sources = list(store.source_names)
         many = self.train_sources is not None and len(self.train_sources) > 1
         self._train = GroupTotals(len(self.train_sources)) if many else None
+        self._mixture = self._mixture if many else None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         done = trainer.global_step != self._seen_step  # this micro-batch ended a step
@@ -83,6 +100,8 @@ class SourceLosses(L.Callback):
         if done:
             totals = self._train.take(_sum(trainer), pl_module.device)
             logs = _named(TRAIN, self.train_sources, group_losses(totals))
+            if self._mixture is not None:
+                logs |= mixture_shares(totals, *self._mixture, trainer.global_step - 1)
             pl_module.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
 
     # --- validation -----------------------------------------------------------------------
@@ -145,6 +164,21 @@ class SourceLosses(L.Callback):
 
 def _sum(trainer: L.Trainer):
     return partial(trainer.strategy.reduce, reduce_op="sum")
+
+
+def mixture_shares(
+    totals: Any, names: list[str], allocation: Allocation, accumulate: int, step: int
+) -> dict[str, float]:
+    """`mixture/<name>/share` (of the step's supervised targets) and `/target` (the schedule's
+    share at optimizer step `step`) of each source."""
+    targets = totals[1].double()  # [n] supervised targets of each source in the step
+    share = (targets / targets.sum().clamp(min=1)).tolist()
+    target = (allocation.parts(np.asarray([step * accumulate]))[0] / Q).tolist()
+    out = {}
+    for name, got, want in zip(names, share, target, strict=True):
+        out[f"{MIXTURE}{name}/share"] = got
+        out[f"{MIXTURE}{name}/target"] = want
+    return out
 
 
 def _named(prefix: str, names: list[str], losses: list[float | None]) -> dict[str, float]:

@@ -17,6 +17,7 @@ from dataclasses import fields
 from typing import Any
 
 from packlm.checkpoint.contents import KEY as EXTRAS_KEY
+from packlm.config.mixture import MIXTURE_KEY, mixture_signature
 from packlm.config.model import PARAM_GROUPS, ModelConfig, as_dict
 from packlm.config.schema import Validated
 from packlm.data.epoch.loader import PLAN_KEYS, check_plan_signature
@@ -35,8 +36,11 @@ def check_resume(path: Any, checkpoint: dict[str, Any], config: Validated) -> No
     if data is not None:
         try:
             check_plan_signature(
-                {f"data.{k}": data.get(k) for k in PLAN_KEYS},
-                {f"data.{k}": getattr(config.data, k) for k in PLAN_KEYS},
+                {f"data.{k}": data.get(k) for k in PLAN_KEYS}
+                | {MIXTURE_KEY: mixture_signature(data)},
+                {f"data.{k}": getattr(config.data, k) for k in PLAN_KEYS}
+                | {MIXTURE_KEY: mixture_signature(config.data)},
+                config.data.mixture_change_on_resume,
             )
         except ConfigError as e:
             raise ConfigError(f"ckpt_path={path}: {e}") from None

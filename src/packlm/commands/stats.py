@@ -5,6 +5,10 @@ N training epochs (`+epochs=N` or `+stats_epochs=N`, default 1) and of the valid
 windows: samples, fill, supervised tokens, target multiplicity, overlap, per-source counts.
 With data.curriculum, "curriculum" lists each phase (window, stride, until) with the
 statistics of its plan of epoch 0 ("train" is then the last phase's, the run's window).
+With a mixture by share, "mixture" gives each source's pass and supervised targets per row
+and, per schedule phase, its shares, rows and expected supervised tokens per source (global
+batches of data.batch_size rows: one rank; "train" is then the plan of all sources at their
+natural size).
 No model is built and neither torch nor Lightning is imported; the tokenizer and stores come
 from the cache (built if missing).
 """
@@ -43,6 +47,8 @@ def statistics(cfg: DictConfig, epochs: int = 1) -> dict:
         "train": [to_json(plans.plan_statistics(e)) for e in range(epochs)],
         "val": to_json(plans.plan_statistics(0, "val")),
     }
+    if plans.mixture:  # one rank: data.batch_size rows a global batch, one per optimizer step
+        out["mixture"] = plans.mixture_statistics(data.batch_size)
     if data.curriculum:
         out["curriculum"] = [
             {**phase._asdict(), "phase": p, **to_json(plans.plan_statistics(0, phase=p))}

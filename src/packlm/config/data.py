@@ -25,8 +25,10 @@ class DataConfig(ConfigGroup):
     sources: list[Any] = field(default_factory=lambda: ["default"])
     """Entries: "default" (the embedded stdlib corpus), a file, a directory, a glob, or
     {path: ..., weight: w, include: [...], exclude: [...], span: [a, b]}: each document of the
-    source is seen w times per epoch on average; include/exclude are globs on paths under the
-    entry; span reads bytes [a, b) of each (uncompressed text) file, as fractions of its size.
+    source is seen w times per epoch on average; or {path: ..., share: s, name: n}: a mixture,
+    the fraction s of every global batch's rows from the source (the shares sum to 1; name
+    defaults to the path's stem, a glob's to its folder; see data.mixture_schedule);
+    include/exclude are globs on paths under the entry; span reads bytes [a, b) of each (uncompressed text) file, as fractions of its size.
     Files: text, JSON lines (.jsonl/.ndjson/.json), Parquet, Arrow/Feather (the extra
     packlm[arrow]), a datasets save_to_disk folder; gzip/bz2/xz/zstd compressed (by content)."""
     val_sources: list[Any] | None = None
@@ -58,6 +60,23 @@ class DataConfig(ConfigGroup):
     """Read the corpus as the N stores that data.shard=0/N ... N-1/N built (null: one store):
     one corpus, the same documents, tokens and plans as one store; a missing shard is an
     error naming it (python -m packlm.prepare data.shards=N builds the missing ones)."""
+
+    # --- mixtures by share (packlm.data.epoch.mixture) ---
+    mixture_schedule: list[Any] | None = None
+    """Shares that change with the optimizer step: [{step: 0, shares: {web: 0.7, code: 0.3}},
+    {step: 9000, shares: {web: 0.3, code: 0.7}}] (source names; the first point at step 0,
+    steps ascending, each point's shares summing to 1, a source left out has share 0);
+    instead of the entries' share. null: the entries' shares, or no mixture. Under a mixture
+    each source is read pass after pass (each its own reshuffle and offsets), and an epoch is
+    the global batches one pass of every source at its natural size fills."""
+    mixture_interpolation: str = "constant"
+    """Shares between two data.mixture_schedule points: constant (a point's shares hold until
+    the next point) or linear (they move step by step to the next point's)."""
+    mixture_change_on_resume: bool = False
+    """Let a resume change the shares or schedule (refused by default, naming the key): each
+    source then continues where the new schedule, run from step 0, would have it at the resume
+    step (exact when only steps after the resume point change; otherwise some rows of a source
+    are repeated or left out)."""
 
     # --- store -> epoch plan -> samples (packlm.data.epoch.plan) ---
     bos: bool = False

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from packlm.config.group import check_choice, check_positive_int
+from packlm.config.mixture import check_mixture
 from packlm.config.sources import check_source_entry
 from packlm.errors import ConfigError
 
@@ -30,6 +31,7 @@ def check_data(cfg: Any, model_context: int | None = None) -> Any:
     if cfg.val_sources is not None:
         for i, entry in enumerate(cfg.val_sources):
             check_source_entry(f"data.val_sources[{i}]", entry)
+    check_mixture(cfg)
     if not 0.0 <= cfg.val_fraction < 1.0:
         raise ConfigError(f"data.val_fraction={cfg.val_fraction}: must be in [0, 1)")
     check_choice("data.encoding_errors", cfg.encoding_errors, ENCODING_ERRORS)

@@ -1,16 +1,40 @@
 """A `data.sources` entry: a path, glob or "default", or a mapping with these keys.
 
-The data path reads its path and weight through `source_path` and `source_weight`;
+The data path reads its path and weight through `source_path` and `source_weight`, a
+mixture's share and name through `source_share` and `source_name` (`packlm.config.mixture`);
 `check_source_entry` is its validation, naming the entry's key (`data.sources[2].weight`).
 """
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Any
 
 from packlm.errors import ConfigError
 
-SOURCE_KEYS = ("path", "weight", "include", "exclude", "span")
+SOURCE_KEYS = ("path", "weight", "share", "name", "include", "exclude", "span")
+
+
+def source_share(entry: Any) -> float | None:
+    """The mixture share of a source entry ({path, share}); None without one."""
+    if hasattr(entry, "get") and entry.get("share") is not None:
+        return float(entry.get("share"))
+    return None
+
+
+def source_name(entry: Any) -> str:
+    """A source's name in a mixture: its `name`, else its path's stem (data/web.jsonl.zst ->
+    web, code/ -> code), for a glob the folder it starts in (web/*.jsonl.zst -> web)."""
+    if hasattr(entry, "get") and entry.get("name"):
+        return str(entry.get("name"))
+    parts = PurePosixPath(source_path(entry)).parts
+    plain = [i for i, p in enumerate(parts) if not set("*?[").intersection(p)]
+    if not plain:
+        return source_path(entry)
+    last = parts[plain[-1]]
+    if plain[-1] < len(parts) - 1:  # a glob below it: the folder's name
+        return last
+    return last.split(".", 1)[0] or last
 
 
 def source_weight(entry: Any) -> float:
@@ -54,5 +78,21 @@ def check_source_entry(key: str, entry: Any) -> None:
         weight = entry.get("weight", 1.0)
         if not isinstance(weight, (int, float)) or isinstance(weight, bool) or weight <= 0:
             raise ConfigError(f"{key}.weight={weight!r}: must be a positive number")
+        share = entry.get("share")
+        if share is not None:
+            if (
+                not isinstance(share, (int, float))
+                or isinstance(share, bool)
+                or not 0 <= share <= 1
+            ):
+                raise ConfigError(f"{key}.share={share!r}: a fraction in [0, 1]")
+            if entry.get("weight") is not None:
+                raise ConfigError(
+                    f"{key}: give share (a fraction of the tokens) or weight (copies per "
+                    "epoch), not both"
+                )
+        name = entry.get("name")
+        if name is not None and (not isinstance(name, str) or not name or ":" in name):
+            raise ConfigError(f"{key}.name={name!r}: a non-empty string without ':'")
         return
     raise ConfigError(f"{key}={entry!r}: expected a path string or {{path: ..., weight: ...}}")

@@ -29,6 +29,7 @@ import torch
 from packlm.data.epoch import curriculum
 from packlm.data.epoch.collate import mark_stream
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
+from packlm.data.epoch.mixture.sampler import MixtureSampler, mixture_line
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.epoch.windows import validation_config
 from packlm.data.plan_logging import check_epoch_length, log_plan_statistics
@@ -69,6 +70,9 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         """Expected supervised targets (all ranks) after `batches` global batches, through the
         curriculum's phases (the lr schedule's token horizon)."""
         world = self._rank_world()[1]
+        if self.mixture:
+            accumulate = getattr(self.trainer, "accumulate_grad_batches", 1)
+            return self.mixture_rates(self.data.batch_size * world, accumulate).tokens(batches)
         rates = [self.supervised_tokens_per_batch(p) * world for p in range(len(self.phases))]
         return curriculum.expected_tokens(self.phases, rates, batches)
 
@@ -128,12 +132,22 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         if isinstance(self.trainer, L.Trainer):  # before the epoch is read: it may move on
             start_the_epoch_after_a_last_batch_checkpoint(self.trainer)
         rank, world = self._rank_world()
-        sampler = PlanSampler(
-            lambda e, p=None: self.plan(e, "train", p), self.data.batch_size, rank, world,
-            epoch=self._trainer_epoch(), on_epoch=self._on_train_epoch,
-            phases=self.phases if self.data.curriculum else None, position=self._position,
+        shared = dict(
+            rank=rank, world_size=world, epoch=self._trainer_epoch(),
+            on_epoch=self._on_train_epoch, position=self._position,
             skip_documents=self.skipped_documents(), skip_steps=self._step_skips(),
         )  # fmt: skip
+        if self.mixture:
+            accumulate = getattr(self.trainer, "accumulate_grad_batches", 1)
+            streams = self.streams(self.data.batch_size * world, accumulate)
+            sampler = MixtureSampler(streams, self.data.batch_size, **shared)
+            if self._train_sampler is None and rank == 0:
+                log.info("%s", mixture_line(streams, accumulate))
+        else:
+            sampler = PlanSampler(
+                lambda e, p=None: self.plan(e, "train", p), self.data.batch_size,
+                phases=self.phases if self.data.curriculum else None, **shared,
+            )  # fmt: skip
         self._train_sampler = sampler
         return self._loader("train", sampler)
 
@@ -152,6 +166,7 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         return PlanDataLoader(
             dataset=dataset, sampler=sampler, packing=cfg.packing, signature=signature,
             num_workers=self.data.num_workers, varlen=self.varlen,
+            mixture_may_change=self.data.mixture_change_on_resume,
         )  # fmt: skip
 
     def _rank_world(self) -> tuple[int, int]:

@@ -24,11 +24,16 @@ from packlm.cache import DEFAULT_CACHE_DIR
 from packlm.cache.entry import temporary_sibling
 from packlm.cache.lock import locked
 from packlm.config.data import DataConfig
+from packlm.config.mixture import is_mixture, mixture_names
 from packlm.config.sources import source_weight
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.epoch import curriculum
+from packlm.data.epoch.mixture.allocation import Allocation
+from packlm.data.epoch.mixture.expected import MixtureRates, per_row_tokens, phase_table
+from packlm.data.epoch.mixture.streams import SourceStreams, source_plan
 from packlm.data.epoch.order import directory_groups
 from packlm.data.epoch.plan import EpochPlan, build_plan
+from packlm.data.epoch.snap import ParagraphIndex
 from packlm.data.epoch.statistics import plan_statistics
 from packlm.data.epoch.windows import validation_config
 from packlm.data.skip import resolve_documents
@@ -81,6 +86,8 @@ class EpochPlans:
         self._stores: dict[str, TokenStore] = {}
         self._lengths: dict[str, np.ndarray] = {}
         self._plans: dict[tuple[str, int, int], EpochPlan] = {}
+        self._streams: dict[tuple[int, int], SourceStreams] = {}  # a mixture's, per batch
+        self._paragraph_index: ParagraphIndex | None = None  # a mixture's passes share it
         self.phases = curriculum.phases_of(self.data)  # one phase without data.curriculum
         self._stats: dict[tuple[str, int], dict[str, Any]] = {}  # the latest epoch's only
 
@@ -94,7 +101,7 @@ class EpochPlans:
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (spawned processes): open stores and plans are rebuilt, never copied."""
         state = dict(self.__dict__)
-        state.update(_stores={}, _lengths={}, _plans={})
+        state.update(_stores={}, _lengths={}, _plans={}, _streams={}, _paragraph_index=None)
         return state
 
     # --- preparation -------------------------------------------------------------------
@@ -198,6 +205,52 @@ class EpochPlans:
             self._plans = {k: v for k, v in self._plans.items() if k[0] != split or k[1] == epoch}
             self._plans[key] = plan
         return self._plans[key]
+
+    # --- a mixture by share (packlm.data.epoch.mixture) --------------------------------------
+    @property
+    def mixture(self) -> bool:
+        return is_mixture(self.data)
+
+    def source_plan(self, source: int, pass_: int) -> EpochPlan:
+        """Pass `pass_` of one source's stream (`packlm.data.epoch.mixture.streams`)."""
+        self.setup()
+        store = self._stores["train"]
+        key = f"source {source}"
+        if key not in self._lengths:  # its store documents, found once
+            self._lengths[key] = np.flatnonzero(np.asarray(store.doc_sources) == source)
+        starts, paragraphs = self._paragraph_starts(store), None
+        if starts is not None:  # data.snap=paragraph: indexed once for every pass
+            if self._paragraph_index is None:
+                lengths = self._lengths["train"]
+                self._paragraph_index = ParagraphIndex.of(starts, lengths, self.data.bos)
+            paragraphs = self._paragraph_index
+        return source_plan(
+            self._lengths["train"], self.data, source, pass_, self._lengths[key],
+            self._doc_groups(store), paragraphs,
+        )  # fmt: skip
+
+    def streams(self, rows: int, accumulate: int = 1) -> SourceStreams:
+        """The mixture's per-source streams, dealt in global batches of `rows` rows (all
+        ranks), `accumulate` of them an optimizer step (the schedule's unit); kept."""
+        key = (rows, accumulate)
+        if key not in self._streams:
+            allocation = Allocation.of(self.data, rows, accumulate)
+            names = mixture_names(self.data)
+            streams = SourceStreams(self.source_plan, names, allocation, self.data.seed)
+            streams.check()  # a source with a share and no document: refused before training
+            self._streams[key] = streams
+        return self._streams[key]
+
+    def mixture_rates(self, rows: int, accumulate: int = 1) -> MixtureRates:
+        """Expected supervised tokens of the mixture after n global batches, and back."""
+        streams = self.streams(rows, accumulate)
+        doc_sources = np.asarray(self.store("train").doc_sources)
+        return MixtureRates(streams, per_row_tokens(streams, doc_sources))
+
+    def mixture_statistics(self, rows: int, accumulate: int = 1) -> dict[str, Any]:
+        """The mixture's sources and phases with their expected supervised tokens."""
+        rates = self.mixture_rates(rows, accumulate)
+        return phase_table(self.streams(rows, accumulate), rates.per_row, accumulate)
 
     def _doc_groups(self, store: TokenStore) -> np.ndarray | None:
         """The group of each training document under data.group_by (None: no grouping)."""

@@ -151,7 +151,9 @@ def compose(
         default_root_dir=str(run_dir),
     )
     if config.train.max_supervised_tokens:  # the bar and the lines end with the budget
-        batches_for = _expected_batches(datamodule, trainer.world_size)
+        batches_for = _expected_batches(
+            datamodule, trainer.world_size, trainer.accumulate_grad_batches
+        )
         for shown in (bar, lines):
             if shown is not None:
                 shown.budget = TokenBudget(config.train.max_supervised_tokens, batches_for)
@@ -187,14 +189,19 @@ def _schedule_horizon(config: Validated, datamodule: PackedDataModule, trainer: 
     optim = config.optim
     if optim.max_steps is not None or not config.train.max_supervised_tokens:
         return optim
-    batches = _expected_batches(datamodule, trainer.world_size)(config.train.max_supervised_tokens)
+    batches = _expected_batches(datamodule, trainer.world_size, trainer.accumulate_grad_batches)(
+        config.train.max_supervised_tokens
+    )
     steps = math.ceil(batches / config.trainer.accumulate_grad_batches)
     return replace(optim, max_steps=max(1, steps))
 
 
-def _expected_batches(datamodule: PackedDataModule, world: int):
+def _expected_batches(datamodule: PackedDataModule, world: int, accumulate: int = 1):
     """tokens -> the global batches expected to train that many supervised targets (the
     schedule's horizon and the progress bar's total under a token budget)."""
+    if datamodule.mixture:
+        rows = datamodule.data.batch_size * world
+        return datamodule.mixture_rates(rows, accumulate).batches
     rates = [  # supervised tokens per global batch of each curriculum phase (one without)
         datamodule.supervised_tokens_per_batch(p) * world for p in range(len(datamodule.phases))
     ]

@@ -29,10 +29,17 @@ def render(traces: list[dict[str, Any]]) -> str:
             f"{t['packing']}; {t['world_size']} rank(s) x {t['batch_size']} rows; samples "
             f"{t['first_sample_position']}.. of {t['epoch_samples']} in the epoch order)"
         )
+        if "mixture_shares" in t:
+            shares = ", ".join(f"{n} {v:g}" for n, v in t["mixture_shares"].items())
+            rows = ", ".join(f"{n} {v}" for n, v in t["mixture_rows"].items())
+            lines.append(f"  mixture: shares {shares}; rows {rows}")
         for r in t["rows"]:
             w = r["window"]
+            m = r.get("mixture")
             lines.append(
-                f"  rank {r['rank']} row {r['row']}: sample {r['sample']}, {r['supervised']} "
+                f"  rank {r['rank']} row {r['row']}: "
+                + ("" if m is None else f"{m['source']} pass {m['pass']} row {m['stream_row']}, ")
+                + f"sample {r['sample']}, {r['supervised']} "
                 f"supervised of {len(r['input_ids'])} at columns {r['supervised_columns']}; "
                 f"window {w['index']} of {w['windows_in_sequence']} of sequence {w['sequence']}"
                 f" (length {w['sequence_length']}, offset {w['offset']}, starts at "

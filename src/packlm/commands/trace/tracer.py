@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from packlm.batch import IGNORE_INDEX, drop_skipped, labels
+from packlm.commands.trace.mixture_batch import mixture_batch
 from packlm.data.epoch.curriculum import Phase, Position, Segment, epoch_segments
 from packlm.data.plans import EpochPlans
 from packlm.data.skip import StepSkips
@@ -55,6 +56,7 @@ class Tracer:
         self.curriculum = bool(plans.data.curriculum)
         self.phases = plans.phases if self.curriculum else [Phase(0, 0, None)]
         self.step_size = plans.data.batch_size * schedule.world_size  # samples per global batch
+        self.streams = plans.streams(self.step_size, schedule.accumulate) if plans.mixture else None
         self._starts: list[Position] = [Position()]  # of epochs 0, 1, ... walked so far
         self._batches: list[int] = []  # global batches of each epoch walked
         self.skips = StepSkips.of(plans.data.skip_steps, schedule.accumulate)
@@ -68,6 +70,8 @@ class Tracer:
 
     def segments(self, at: Position) -> list[Segment]:
         """The epoch from `at` (its start), as the sampler deals it."""
+        if self.streams is not None:  # a mixture: a fixed number of global batches
+            return [Segment(0, 0, self.streams.epoch_batches(), None)]
         return epoch_segments(at, self.phases, self.plan_for, self.step_size)
 
     def epoch_start(self, epoch: int) -> Position:
@@ -125,6 +129,8 @@ class Tracer:
     def batch(self, epoch: int, batch: int, rank: int | None = None) -> dict[str, Any]:
         """The trace of global batch `batch` of `epoch` (counted in the plan, data.skip_steps'
         left-out batches included): every row (of `rank` only, if given)."""
+        if self.streams is not None:
+            return {**mixture_batch(self, epoch, batch, rank), "label_rule": LABEL_RULE}
         at = self.epoch_start(epoch)
         segments, before = self.segments(at), 0
         n_batches = self.schedule.batches_of(sum(s.batches for s in segments))

@@ -14,6 +14,8 @@
    `curriculum.py`: data.curriculum, which phase's plan (window, stride) each global batch
    reads: the switch at the first batch after `until` supervised targets, mid-epoch too,
    counted ahead from the plan's pieces so the epoch's length and a resume stay exact.
+   `mixture/`: a mixture by share: each global batch's rows from per-source streams of
+   passes (each pass a plan of one source), in the schedule's shares.
 5. `loader.py`: pieces -> tokens and segments read from the store memmap (in workers);
    `PlanDataLoader` keeps the data position in checkpoints, guarded by the plan signature.
 6. `collate.py`: tokens + segments -> the batch of DESIGN.md (input_ids, labels,

@@ -18,8 +18,10 @@ from torch.utils.data import DataLoader, Dataset
 
 from packlm.cache.fingerprint import store_identity
 from packlm.config.data import DataConfig
+from packlm.config.mixture import MIXTURE_KEY, mixture_signature
 from packlm.data.epoch.collate import Samples, collate_arrays, to_tensors
 from packlm.data.epoch.curriculum import Position
+from packlm.data.epoch.mixture.sampler import MixtureSampler
 from packlm.data.epoch.sampler import BatchPieces, PlanSampler
 from packlm.data.store.token_store import TokenStore
 from packlm.data.store.union import open_store
@@ -148,6 +150,7 @@ class PlanDataLoader(DataLoader):
         signature: dict[str, Any],
         num_workers: int = 0,
         varlen: bool = False,
+        mixture_may_change: bool = False,
         **kwargs: Any,
     ):
         if not isinstance(sampler, PlanSampler):  # Lightning's distributed sampler replacement
@@ -170,6 +173,7 @@ class PlanDataLoader(DataLoader):
         )
         self.signature = signature
         self.varlen = varlen  # Lightning rebuilds loaders from their attributes
+        self.mixture_may_change = mixture_may_change  # data.mixture_change_on_resume
 
     def __iter__(self):
         sampler: PlanSampler = self.sampler
@@ -199,8 +203,10 @@ class PlanDataLoader(DataLoader):
         epoch's finished batches per rank, and `len()` adds the batches that remain, so the
         epoch ends after exactly the rest of its samples whatever the rank count was.
         """
-        check_plan_signature(state.get("plan_signature", {}), self.signature)
         sampler: PlanSampler = self.sampler
+        check_plan_signature(
+            state.get("plan_signature", {}), self.signature, self.mixture_may_change
+        )
         saved_world = int(state.get("world_size", sampler.world_size))
         saved_batch = int(state.get("batch_size", sampler.batch_size))
         consumed = int(state["consumed"])
@@ -226,6 +232,12 @@ class PlanDataLoader(DataLoader):
 def check_step_skips(sampler: PlanSampler, state: dict[str, Any], saved_step: int) -> None:
     """data.skip_steps numbers the plan's steps in global batches of the run's size, counted
     from its start: refuse a resume that cannot keep that numbering."""
+    if isinstance(sampler, MixtureSampler) and saved_step != sampler.step:
+        raise ConfigError(
+            f"data.batch_size: the checkpoint's global batch is {saved_step} samples and this "
+            f"run's {sampler.step} (ranks x data.batch_size): a mixture's shares are dealt per "
+            "global batch; resume with the same global batch (another rank count is fine)"
+        )
     if not sampler.skip_steps:
         return
     if saved_step != sampler.step:
@@ -273,6 +285,7 @@ def plan_signature(
     """What decides the plans: the data keys, the mixing weights and the store's identity."""
     out: dict[str, Any] = {f"data.{k}": getattr(cfg, k) for k in PLAN_KEYS}
     out["data.sources weights"] = list(weights) if weights else None
+    out[MIXTURE_KEY] = mixture_signature(cfg)
     out["store"] = {
         "documents": store.n_docs,
         "tokens": store.n_tokens,
@@ -281,16 +294,25 @@ def plan_signature(
     return out
 
 
-def check_plan_signature(saved: dict[str, Any], current: dict[str, Any]) -> None:
-    """Raise ConfigError naming every key whose value differs from the checkpoint's."""
+def check_plan_signature(
+    saved: dict[str, Any], current: dict[str, Any], mixture_may_change: bool = False
+) -> None:
+    """Raise ConfigError naming every key whose value differs from the checkpoint's (the
+    mixture's only without data.mixture_change_on_resume)."""
     changed = [
         f"{k}: {saved.get(k)!r} in the checkpoint, {current.get(k)!r} now"
         for k in sorted(set(saved) | set(current))
-        if saved.get(k) != current.get(k)
+        if saved.get(k) != current.get(k) and not (k == MIXTURE_KEY and mixture_may_change)
     ]
     if changed:
+        mixture = any(c.startswith(MIXTURE_KEY) for c in changed)
         raise ConfigError(
             "cannot resume the data position: the data config differs from the checkpoint's ("
             + "; ".join(changed)
-            + "). Resume with the same data settings, or start a new run."
+            + "). Resume with the same data settings, or start a new run"
+            + (
+                " (or give data.mixture_change_on_resume=true to continue under the new shares)."
+                if mixture
+                else "."
+            )
         )

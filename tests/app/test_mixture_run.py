@@ -1,0 +1,77 @@
+"""A mixture by share through train.py's config: TensorBoard shows each source's realized
+share of supervised tokens next to its target, `python -m packlm.stats` its expected tokens
+per phase, and a resume under another schedule is refused before any work."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from packlm.commands.stats import statistics
+from packlm.commands.trace.run import tracer_of
+from packlm.errors import ConfigError
+from packlm.train import train
+
+
+def mixture(corpus: Path, change: int = 4) -> tuple[str, ...]:
+    """Two sources of the tiny corpus (10 and 50 files), 70/30 then 20/80 from `change`."""
+    return (
+        f"data.sources=[{{path: '{corpus}/doc00*.txt', name: small}},"
+        f" {{path: '{corpus}/doc0[1-5]*.txt', name: big}}]",
+        f"data.mixture_schedule=[{{step: 0, shares: {{small: 0.7, big: 0.3}}}},"
+        f" {{step: {change}, shares: {{small: 0.2, big: 0.8}}}}]",
+    )
+
+
+def scalars(run: Path, tag: str) -> dict[int, float]:
+    acc = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {e.step: e.value for e in acc.Scalars(tag)}
+
+
+def test_tensorboard_shows_realized_and_target_shares_and_stats_the_phases(
+    compose_tiny, tiny_corpus, tmp_path
+):
+    cfg = compose_tiny(*mixture(tiny_corpus), "trainer.max_steps=8", "train.validate_at_end=false")
+    run = tmp_path / "run"
+    train(cfg, run_dir=run)
+    for name, before, after in (("small", 0.7, 0.2), ("big", 0.3, 0.8)):
+        target, share = (
+            scalars(run, f"mixture/{name}/target"),
+            scalars(run, f"mixture/{name}/share"),
+        )
+        assert set(target) == set(share) and len(target) >= 6
+        assert all(
+            v == pytest.approx(before if s < 4 else after, abs=1e-6) for s, v in target.items()
+        )
+        early = np.mean([share[s] for s in share if s < 4])
+        late = np.mean([share[s] for s in share if s >= 4])
+        assert (early > 0.5) == (before > 0.5) and (late > 0.5) == (after > 0.5)
+    assert scalars(run, "Loss/train_by_source/small")  # beside the per-source loss
+
+    tracer = tracer_of(run / "checkpoints" / "last.ckpt")  # python -m packlm.trace
+    for step in (3, 4):
+        ((epoch, batch),) = tracer.step_batches(step)
+        trace = tracer.batch(epoch, batch)
+        rows = Counter(r["mixture"]["source"] for r in trace["rows"])
+        assert rows == {k: v for k, v in trace["mixture_rows"].items() if v}
+        assert trace["mixture_shares"]["small"] == (0.7 if step < 4 else 0.2)
+
+    out = statistics(compose_tiny(*mixture(tiny_corpus)))["mixture"]
+    first, last = out["phases"]
+    assert (first["from_step"], first["to_step"], last["to_step"]) == (0, 4, None)
+    assert sum(first["rows"].values()) == 4 * out["rows_per_global_batch"]
+    assert first["rows"]["small"] > first["rows"]["big"]
+    per_row = out["sources"]["small"]["supervised_per_row"]
+    assert first["supervised_tokens"]["small"] == pytest.approx(
+        first["rows"]["small"] * per_row, abs=0.1
+    )
+    assert last["rows_per_step"]["big"] > last["rows_per_step"]["small"]
+
+    last_ckpt = run / "checkpoints" / "last.ckpt"
+    with pytest.raises(ConfigError, match=r"data\.mixture_schedule.*mixture_change_on_resume"):
+        train(compose_tiny(*mixture(tiny_corpus, change=5), f"ckpt_path={last_ckpt}"))
