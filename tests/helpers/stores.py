@@ -71,3 +71,31 @@ def prepare_tiny(corpus: Path, cache: Path, num_workers: int = 0) -> PreparedDat
         progress=False,
         num_workers=num_workers,
     )
+
+
+PLAN_ARRAYS = ("order", "anchors", "seq_first", "offsets", "window_cum", "sample_order")
+
+
+def assert_same_plans_and_batches(one: PreparedData, other: PreparedData, cache: Path, **keys):
+    """Two prepared corpora (one store, its shards) give the same epoch plans (epochs 0 and 1,
+    and validation's windows) and every training batch, under the data config `keys`."""
+    import numpy as np
+
+    from packlm.data.datamodule import PackedDataModule
+
+    keys = dict(keys, batch_size=4, num_workers=0, seed=3)
+    a = PackedDataModule(prepared=one, cache_dir=cache, **keys)
+    b = PackedDataModule(prepared=other, cache_dir=cache, **keys)
+    for epoch in (0, 1):
+        pa, pb = a.plan(epoch), b.plan(epoch)
+        assert pa.n_samples == pb.n_samples > 0
+        for name in PLAN_ARRAYS:
+            x, y = getattr(pa, name), getattr(pb, name)
+            assert (x is None) == (y is None), name
+            if x is not None:
+                np.testing.assert_array_equal(x, y, err_msg=name)
+    np.testing.assert_array_equal(a.plan(0, "val").window_cum, b.plan(0, "val").window_cum)
+    for x, y in zip(a.train_dataloader(), b.train_dataloader(), strict=True):
+        assert x.keys() == y.keys()
+        for k in x:
+            assert np.array_equal(np.asarray(x[k]), np.asarray(y[k])), k

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from helpers.corpus import write_tiny_corpus
+from helpers.stores import assert_same_plans_and_batches
 from packlm.config.data import DataConfig
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.prepared import prepare_stores
@@ -26,7 +27,6 @@ from packlm.errors import ConfigError
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 TOKENIZER = TokenizerConfig(vocab_size=300)
-PLAN_ARRAYS = ("order", "anchors", "seq_first", "offsets", "window_cum", "sample_order")
 
 
 @pytest.fixture(scope="module")
@@ -104,26 +104,8 @@ def test_concatenated_arrays_read_like_one_array():
     ],
 )  # fmt: skip
 def test_the_epoch_plans_and_batches_of_four_shards_are_one_stores(stores, keys):
-    from packlm.data.datamodule import PackedDataModule
-
     one, shards, cache = stores
-    keys = dict(keys, batch_size=4, num_workers=0, seed=3)
-    a = PackedDataModule(prepared=one, cache_dir=cache, **keys)
-    b = PackedDataModule(prepared=shards, cache_dir=cache, **keys)
-    for epoch in (0, 1):
-        pa, pb = a.plan(epoch), b.plan(epoch)
-        assert pa.n_samples == pb.n_samples > 0
-        for name in PLAN_ARRAYS:
-            x, y = getattr(pa, name), getattr(pb, name)
-            assert (x is None) == (y is None), name
-            if x is not None:
-                np.testing.assert_array_equal(x, y, err_msg=name)
-    pv, qv = a.plan(0, "val"), b.plan(0, "val")
-    np.testing.assert_array_equal(pv.window_cum, qv.window_cum)
-    for x, y in zip(a.train_dataloader(), b.train_dataloader(), strict=True):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert np.array_equal(np.asarray(x[k]), np.asarray(y[k])), k
+    assert_same_plans_and_batches(one, shards, cache, **keys)
 
 
 @pytest.mark.parametrize("fmt", ["nanogpt", "megatron"])

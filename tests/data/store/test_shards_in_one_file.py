@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from helpers.corpus import WORDS
+from helpers.stores import assert_same_plans_and_batches
 from packlm.config.data import DataConfig
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.corpus import Corpus
@@ -27,7 +28,6 @@ from packlm.data.store.sources import ReadCounts, SourceError, iter_documents
 from packlm.data.store.sources import cuts as cuts_module
 
 TOKENIZER = TokenizerConfig(vocab_size=300)
-PLAN_ARRAYS = ("order", "anchors", "seq_first", "offsets", "window_cum", "sample_order")
 
 
 def words(rng: random.Random, most: int = 60) -> str:
@@ -200,25 +200,8 @@ def test_four_shards_of_one_file_hold_the_documents_and_tokens_of_one_store(stor
     ],
 )  # fmt: skip
 def test_the_epoch_plans_and_batches_of_four_pieces_are_one_stores(stores, keys):
-    from packlm.data.datamodule import PackedDataModule
-
     one, shards, cache = stores
-    keys = dict(keys, batch_size=4, num_workers=0, seed=3)
-    a = PackedDataModule(prepared=one, cache_dir=cache, **keys)
-    b = PackedDataModule(prepared=shards, cache_dir=cache, **keys)
-    for epoch in (0, 1):
-        pa, pb = a.plan(epoch), b.plan(epoch)
-        assert pa.n_samples == pb.n_samples > 0
-        for name in PLAN_ARRAYS:
-            x, y = getattr(pa, name), getattr(pb, name)
-            assert (x is None) == (y is None), name
-            if x is not None:
-                np.testing.assert_array_equal(x, y, err_msg=name)
-    np.testing.assert_array_equal(a.plan(0, "val").window_cum, b.plan(0, "val").window_cum)
-    for x, y in zip(a.train_dataloader(), b.train_dataloader(), strict=True):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert np.array_equal(np.asarray(x[k]), np.asarray(y[k])), k
+    assert_same_plans_and_batches(one, shards, cache, **keys)
 
 
 def test_errors_in_a_piece_name_the_whole_files_line_and_byte_offset(tmp_path):
