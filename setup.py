@@ -7,7 +7,10 @@ setup(
     ext_modules=[
         Extension(
             "packlm.tokenizer.training._bpe",
-            ["src/packlm/tokenizer/training/_bpe.c"],
+            [
+                "src/packlm/tokenizer/training/_bpe.c",
+                "src/packlm/tokenizer/training/_count.c",
+            ],
             optional=True,
         ),
         Extension(

@@ -376,13 +376,17 @@ done:
     return result;
 }
 
+PyObject *count_gpt2(PyObject *self, PyObject *args); /* _count.c */
+
 static PyMethodDef methods[] = {
+    {"count_gpt2", count_gpt2, METH_VARARGS,
+     "count_gpt2(text, classes, counts): add text's GPT-2 pre-tokens to counts (see _count.c)"},
     {"learn_merges", (PyCFunction)(void (*)(void))learn_merges, METH_VARARGS | METH_KEYWORDS,
      "learn_merges(words, counts, num_merges, progress=None) -> list of (left, right) ids"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_bpe",
-                                    "The BPE merge loop in C (see merge_loop.py).", -1, methods};
+                                    "The BPE merge loop and GPT-2's pre-token counts in C (merge_loop.py, _count.c).", -1, methods};
 
 PyMODINIT_FUNC PyInit__bpe(void) { return PyModule_Create(&module); }

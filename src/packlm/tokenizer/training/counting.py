@@ -19,9 +19,11 @@ import os
 import queue
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from functools import cache
 from itertools import chain
 from pathlib import Path
 
+import numpy as np
 import regex
 
 from packlm.runtime.workers import (
@@ -33,14 +35,22 @@ from packlm.runtime.workers import (
     start_context,
 )
 from packlm.tokenizer.pretokenize import (
+    GPT2_PATTERN,
     MAX_PRETOKEN_CHARS,
     PIECE_CHARS,
-    count_pretokens,
     piece_spans,
     special_regex,
     split_special,
     stream_cut,
 )
+from packlm.tokenizer.pretokenize import (
+    count_pretokens as count_with_regex,
+)
+
+try:  # GPT-2's pre-tokenizer in C (_count.c), built with the merge loop by setup.py
+    from packlm.tokenizer.training._bpe import count_gpt2
+except ImportError:  # pragma: no cover - no compiler, or an _bpe built from older sources
+    count_gpt2 = None
 
 log = logging.getLogger(__name__)
 
@@ -136,14 +146,41 @@ def utf8_len(text: str) -> int:
 PHASE = "pre-tokenizing (tokenizer training)"
 
 
+@cache
+def regex_classes() -> bytes:
+    """One byte per code point: 1 if `regex` puts it in \\p{L}, 2 in \\p{N}, 4 in \\s (the
+    table of _count.c's scanner), found by running those classes over every code point
+    (about 25 ms), so the scanner follows the installed `regex`'s Unicode version."""
+    everything = np.arange(0x110000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    table = np.zeros(0x110000, np.uint8)
+    for flag, cls in ((1, r"\p{L}+"), (2, r"\p{N}+"), (4, r"\s+")):
+        for m in regex.finditer(cls, everything):
+            table[m.start() : m.end()] = flag
+    return table.tobytes()
+
+
+def count_pretokens(texts: Iterable[str], pattern: str, specials, into: Counter[str]) -> None:
+    """Add the pre-tokens of `texts` (documents, split at the special tokens) to `into`:
+    GPT-2's pattern through the C scanner when it is built (the same counts), any other
+    through `regex`."""
+    if pattern != GPT2_PATTERN or count_gpt2 is None:
+        count_with_regex(texts, regex.compile(pattern), specials, into=into)
+        return
+    classes = regex_classes()
+    for text in texts:
+        for piece, is_special in split_special(text, specials):
+            if not is_special:
+                count_gpt2(piece, classes, into)
+
+
 def _worker(pattern: str, special_tokens: list[str], tasks, results, parent: int) -> None:
     die_with_parent(parent)
     leave_ctrl_c_to_the_parent()
     try:
-        compiled, specials = regex.compile(pattern), special_regex(special_tokens)
+        specials = special_regex(special_tokens)
         counts: Counter[str] = Counter()
         while (texts := tasks.get()) is not None:
-            count_pretokens(texts, compiled, specials, into=counts)
+            count_pretokens(texts, pattern, specials, into=counts)
         results.put(counts)
     except BaseException as e:  # report it rather than leave the parent waiting
         results.put(RuntimeError(f"pre-tokenizer worker failed: {e!r}"))
@@ -207,10 +244,10 @@ def count_parallel(
 def _count(batches, pattern, special_tokens, num_workers, progress) -> Counter[str]:
     head = [b for b in (next(batches, None), next(batches, None)) if b is not None]
     if num_workers <= 1 or len(head) < 2 or multiprocessing.current_process().daemon:
-        compiled, specials = regex.compile(pattern), special_regex(special_tokens)
+        specials = special_regex(special_tokens)
         counts: Counter[str] = Counter()
         for batch in chain(head, batches):
-            count_pretokens(batch, compiled, specials, into=counts)
+            count_pretokens(batch, pattern, specials, into=counts)
             if progress is not None:
                 progress(sum(map(utf8_len, batch)))
         return counts
