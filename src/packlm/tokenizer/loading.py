@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - exercised only without a compiler
     _load = None
 
 FUNCTIONS = ("vocab_json", "vocab_dict", "merge_ids", "tiktoken_ranks", "serialize", "split",
-             "tiktoken_file")  # fmt: skip
+             "tiktoken_file", "json_model_spans", "json_merges")  # fmt: skip
 if _load is not None and not all(hasattr(_load, f) for f in FUNCTIONS):  # pragma: no cover
     logging.getLogger(__name__).warning(
         "%s was built from older sources (rebuild: pip install -e .); loading tokenizers "
@@ -52,11 +52,11 @@ def gpt2_tables(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
     return byte_level_tables(vocab, merges, special_tokens)
 
 
-def byte_level_tables(vocab: bytes | dict, merges: bytes, special_tokens: list[str],
+def byte_level_tables(vocab: bytes | memoryview | dict, merges: bytes, special_tokens: list[str],
                       literal: list[str] | None = None, added=()) -> dict | None:  # fmt: skip
-    """`gpt2_tables` of a vocab.json's bytes or a {text: id} dict (the texts of `literal`,
-    default the special tokens, as UTF-8, the rest in GPT-2's byte map) and merges.txt's
-    lines, or None. `added`: (id, text) tokens taking their id where the vocab has none (a
+    """`gpt2_tables` of a vocab.json's bytes (or a tokenizer.json's model.vocab, as bytes or a
+    {text: id} dict; the texts of `literal`, default the special tokens, as UTF-8, the rest
+    in GPT-2's byte map) and merges.txt's lines, or None. `added`: (id, text) tokens taking their id where the vocab has none (a
     tokenizer.json's added_tokens), as `hf.read_tokenizer_json` + `encoder.id_tables` place
     them."""
     if _load is None:
@@ -90,6 +90,28 @@ def byte_level_tables(vocab: bytes | dict, merges: bytes, special_tokens: list[s
     merge_ids = np.frombuffer(rows, dtype=np.int32).reshape(-1, 3)
     return {"table": table, "byte_ids": byte_ids, "merge_ids": merge_ids,
             "special_token_ids": specials}  # fmt: skip
+
+
+def cut_tokenizer_json(data: bytes) -> tuple[bytes, memoryview, bytes] | None:
+    """A tokenizer.json's model.vocab and model.merges cut out in C: (the file with them as {}
+    and [], for json.loads; the vocab's JSON, for `byte_level_tables`; the merges as
+    merges.txt's lines), or None where C does not find each once or reads the merges
+    otherwise than the Python path would."""
+    if _load is None:
+        return None
+    spans = _load.json_model_spans(data)
+    if spans is None:
+        return None
+    vocab_start, vocab_end, merges_start, merges_end = spans
+    view = memoryview(data)
+    merges = _load.json_merges(view[merges_start:merges_end])
+    if merges is None:
+        return None
+    (a, b, fill), (c, d, fill2) = sorted(
+        [(vocab_start, vocab_end, b"{}"), (merges_start, merges_end, b"[]")]
+    )
+    rest = b"".join([data[:a], fill, data[b:c], fill2, data[d:]])
+    return rest, view[vocab_start:vocab_end], merges
 
 
 def tiktoken_tables(path: str | os.PathLike, special_tokens: list[str]) -> dict | None:
