@@ -129,9 +129,10 @@ def tiktoken_tables(path: str | os.PathLike, special_tokens: list[str]) -> dict 
         return None
     table, byte_ids, rows = found
     specials = {s: len(table) + k for k, s in enumerate(special_tokens)}
-    if set(table).intersection(s.encode("utf-8") for s in special_tokens):
+    special_bytes = [s.encode("utf-8") for s in special_tokens]
+    if any(token in table for token in special_bytes):  # a scan: no set of 50,000 tokens
         return None
-    table += [s.encode("utf-8") for s in special_tokens]
+    table += special_bytes
     return {"table": table, "byte_ids": byte_ids, "special_token_ids": specials,
             "merge_ids": np.frombuffer(rows, dtype=np.int32).reshape(-1, 3)}  # fmt: skip
 
