@@ -313,6 +313,35 @@ def test_tokenizer_json_unusual_files_give_the_python_result(small_tokenizer, tm
     same_tables(load(), expected)
 
 
+def test_tokenizer_json_with_random_damage_gives_the_python_result(tmp_path, monkeypatch):
+    """Files damaged at random (characters, escapes and JSON syntax put in, taken out or
+    swapped; mostly inside the vocab and merges, the bulk of a file) load as in Python: the same tables, or a
+    ValueError with the same message."""
+
+    def outcome(load):
+        try:
+            tok = load()
+        except ValueError as e:
+            return str(e)
+        return tok._table, tok._merge_rows.tolist(), tok.special_token_ids
+
+    spec = hf.tokenizer_json(random_byte_level(3))
+    pairs = json.loads(json.dumps(spec))
+    pairs["model"]["merges"] = [m.split(" ") for m in spec["model"]["merges"]]
+    texts = [json.dumps(spec, ensure_ascii=False), json.dumps(pairs, indent=1)]
+    pieces = [*'{}[]":,\\ u0a\n', "\\u00e9", "\\ud83d", "\\ude00", "null", "1.0", "-1", "Ġ", "\0"]
+    path = tmp_path / "tokenizer.json"
+    load = lambda: hf.load_tokenizer_json(Tokenizer, path, [EOT])  # noqa: E731
+    for seed in range(300):
+        rng = random.Random(seed)
+        text = rng.choice(texts)
+        for _ in range(rng.randint(1, 3)):  # 0 to 3 characters replaced by a piece or nothing
+            i, removed = rng.randrange(len(text)), rng.randint(0, 3)
+            text = text[:i] + rng.choice(["", *pieces]) + text[i + removed :]
+        path.write_bytes(text.encode("utf-8", "surrogatepass"))
+        assert outcome(load) == outcome(lambda: python_path(monkeypatch, load)), seed
+
+
 def test_tiktoken_file_gives_the_python_tables(small_tokenizer, tmp_path, monkeypatch):
     """A .tiktoken file's tokens and recovered merges found in C are those of the Python
     path; any file the C path does not take (a bad line, a gap, a token that is no merge of

@@ -181,9 +181,13 @@ def _read_spec(path: str | os.PathLike, data: bytes | None = None) -> tuple[dict
             raise ValueError(f"{path}: only byte-level BPE without a normalizer can be loaded")
         added = sorted(spec.get("added_tokens") or [], key=lambda t: t["id"])
         own = [t["content"] for t in added]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError,
+            AttributeError) as e:  # fmt: skip
         raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({e})") from None
-    spec["pattern"] = _pattern_of(spec.get("pre_tokenizer"), GPT2_PATTERN)
+    try:
+        spec["pattern"] = _pattern_of(spec.get("pre_tokenizer"), GPT2_PATTERN)
+    except (AttributeError, KeyError, TypeError):  # not shaped as any pre_tokenizer
+        spec["pattern"] = None
     if spec["pattern"] is None:
         raise ValueError(
             f"{path}: the pre_tokenizer is not GPT-2's ByteLevel (with or without a Split)"
@@ -199,6 +203,8 @@ def read_tokenizer_json(path: str | os.PathLike) -> dict:
     from packlm.tokenizer.formats import from_unicode
 
     spec, model, specials = _read_spec(path)
+    if not isinstance(model.get("vocab"), dict):
+        raise ValueError(f"{path}: model.vocab is not a JSON object of token -> id")
     vocab = {}
     for text, i in model["vocab"].items():
         token = text.encode("utf-8") if text in specials else from_unicode(text)

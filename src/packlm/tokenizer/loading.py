@@ -62,18 +62,22 @@ def byte_level_tables(vocab: bytes | memoryview | dict, merges: bytes, special_t
     if _load is None:
         return None
     literal = special_tokens if literal is None else literal
+    if not all(type(i) is int and type(text) is str for i, text in added):
+        return None
+    try:  # a lone surrogate (json keeps one) has no UTF-8: the Python path names its entry
+        "".join([*special_tokens, *literal, *(text for _, text in added)]).encode("utf-8")
+    except UnicodeEncodeError:
+        return None
     if isinstance(vocab, dict):
         table = _load.vocab_dict(vocab, tuple(literal))
     else:
         table = _load.vocab_json(vocab, tuple(s.encode("utf-8") for s in literal))
     if table is None:
         return None
-    if not all(type(i) is int and type(text) is str for i, text in added):
-        return None
     for i, text in sorted(added, key=lambda t: t[0]):  # stable: the first of an id stays
         if i == len(table):
             table.append(text.encode("utf-8"))
-        elif i > len(table):  # a gap: the Python path names it
+        elif i > len(table) or i < 0:  # a gap: the Python path names it
             return None
     specials = {}
     for s in special_tokens:  # as `encoder.id_tables` finds them (no token is there twice)
