@@ -202,7 +202,8 @@ def random_byte_level(seed: int) -> Tokenizer:
         if a + b not in tokens and len(a + b) <= 8:
             tokens.append(a + b)
             merges.append((a, b))
-    pool = [EOT, 'say "hi"\\n', "<|🙂|>", "tab\there", "<|ü/ß|>", "\x00nul", "<|\U0001f600\u20ac|>"]
+    pool = [EOT, 'say "hi"\\n', "<|🙂|>", "tab\there", "<|ü/ß|>", "\x00nul",
+            "<|\U0001f600\u20ac|>"]  # fmt: skip
     specials = rng.sample(pool, rng.randint(0, 3))
     return Tokenizer(dict(enumerate(tokens)), merges, specials, engine="python")
 
@@ -225,8 +226,9 @@ def test_tokenizer_json_cut_in_c_gives_the_python_tables(tmp_path, monkeypatch):
             model = spec["model"]
             spec["model"] = {"merges": model.pop("merges"), **model}
         indent = rng.choice([None, 2])
+        compact = indent is None and rng.random() < 0.5
         text = json.dumps(spec, ensure_ascii=rng.random() < 0.5, indent=indent,
-                          separators=(",", ":") if indent is None and rng.random() < 0.5 else None)  # fmt: skip
+                          separators=(",", ":") if compact else None)  # fmt: skip
         if "/" in text and rng.random() < 0.5:
             text = text.replace("/", "\\/")  # the escape json.dumps never writes
         path = tmp_path / f"{seed}.json"
@@ -315,8 +317,8 @@ def test_tokenizer_json_unusual_files_give_the_python_result(small_tokenizer, tm
 
 def test_tokenizer_json_with_random_damage_gives_the_python_result(tmp_path, monkeypatch):
     """Files damaged at random (characters, escapes and JSON syntax put in, taken out or
-    swapped; mostly inside the vocab and merges, the bulk of a file) load as in Python: the same tables, or a
-    ValueError with the same message."""
+    swapped; mostly inside the vocab and merges, the bulk of a file) load as in Python: the
+    same tables, or a ValueError with the same message."""
 
     def outcome(load):
         try:

@@ -327,8 +327,8 @@ static Py_ssize_t skip_value(const uint8_t *p, Py_ssize_t n, Py_ssize_t i, int d
         if (i < n && p[i] == close) return i + 1;
         for (;;) {
             if (close == '}') { /* a key, then ':' */
-                if (i >= n || p[i] != '"' || (i = skip_ws(p, n, skip_value(p, n, i, depth))) >= n || p[i] != ':')
-                    return -1;
+                if (i >= n || p[i] != '"' || (i = skip_value(p, n, i, depth)) < 0) return -1;
+                if ((i = skip_ws(p, n, i)) >= n || p[i] != ':') return -1;
                 i = skip_ws(p, n, i + 1);
             }
             if ((i = skip_value(p, n, i, depth + 1)) < 0) return -1;
@@ -337,9 +337,9 @@ static Py_ssize_t skip_value(const uint8_t *p, Py_ssize_t n, Py_ssize_t i, int d
             i = skip_ws(p, n, i + 1);
         }
     }
-    Py_ssize_t start = i; /* a number, true, false or null */
-    while (i < n && (p[i] == '-' || p[i] == '+' || p[i] == '.' || ((p[i] | 32) >= 'a' && (p[i] | 32) <= 'z') ||
-                     (p[i] >= '0' && p[i] <= '9')))
+    Py_ssize_t start = i; /* a number, true, false or null: letters, digits, - + . */
+    while (i < n && (((p[i] | 32) >= 'a' && (p[i] | 32) <= 'z') || (p[i] >= '0' && p[i] <= '9') ||
+                     p[i] == '-' || p[i] == '+' || p[i] == '.'))
         i++;
     return i > start ? i : -1;
 }
@@ -450,10 +450,12 @@ static PyMethodDef methods[] = {
     {"merge_ids", merge_ids, METH_VARARGS, "table, special ids, merges.txt body -> ids or None"},
     {"tiktoken_ranks", load_tiktoken_ranks, METH_VARARGS, "tiktoken's ranks giving these ids, or None"},
     {"serialize", load_serialize, METH_VARARGS, "length-prefixed tokens (of indices) for the digest"},
-    {"tiktoken_file", load_tiktoken_file, METH_VARARGS, ".tiktoken bytes -> (table, byte ids, merges) or None"},
+    {"tiktoken_file", load_tiktoken_file, METH_VARARGS,
+     ".tiktoken bytes -> (table, byte ids, merges) or None"},
     {"split", load_split, METH_VARARGS, "blob, int64 ends -> the tokens (tables.py's file)"},
-    {"json_model_spans", json_model_spans, METH_VARARGS, "tokenizer.json bytes -> where model.vocab, model.merges lie"},
-    {"json_merges", json_merges, METH_VARARGS, "a tokenizer.json's merges array -> merges.txt lines, or None"},
+    {"json_model_spans", json_model_spans, METH_VARARGS,
+     "tokenizer.json bytes -> where model.vocab and model.merges lie, or None"},
+    {"json_merges", json_merges, METH_VARARGS, "a tokenizer.json's merges -> merges.txt lines or None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_load",

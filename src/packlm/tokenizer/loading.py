@@ -56,9 +56,9 @@ def byte_level_tables(vocab: bytes | memoryview | dict, merges: bytes, special_t
                       literal: list[str] | None = None, added=()) -> dict | None:  # fmt: skip
     """`gpt2_tables` of a vocab.json's bytes (or a tokenizer.json's model.vocab, as bytes or a
     {text: id} dict; the texts of `literal`, default the special tokens, as UTF-8, the rest
-    in GPT-2's byte map) and merges.txt's lines, or None. `added`: (id, text) tokens taking their id where the vocab has none (a
-    tokenizer.json's added_tokens), as `hf.read_tokenizer_json` + `encoder.id_tables` place
-    them."""
+    in GPT-2's byte map) and merges.txt's lines, or None. `added`: (id, text) tokens taking
+    their id where the vocab has none (a tokenizer.json's added_tokens), as
+    `hf.read_tokenizer_json` + `encoder.id_tables` place them."""
     if _load is None:
         return None
     literal = special_tokens if literal is None else literal
@@ -77,7 +77,7 @@ def byte_level_tables(vocab: bytes | memoryview | dict, merges: bytes, special_t
     for i, text in sorted(added, key=lambda t: t[0]):  # stable: the first of an id stays
         if i == len(table):
             table.append(text.encode("utf-8"))
-        elif i > len(table) or i < 0:  # a gap: the Python path names it
+        elif i > len(table) or i < 0:  # a gap or a negative id: the Python path names it
             return None
     specials = {}
     for s in special_tokens:  # as `encoder.id_tables` finds them (no token is there twice)
