@@ -385,8 +385,9 @@ static PyObject *json_model_spans(PyObject *self, PyObject *args) {
     const uint8_t *p = buf.buf;
     Py_ssize_t n = buf.len, span[4] = {-1, -1, -1, -1};
     Py_ssize_t end = model_values(p, n, skip_ws(p, n, 0), 0, span);
+    int found = end >= 0 && skip_ws(p, n, end) == n && span[0] >= 0 && span[2] >= 0;
     PyBuffer_Release(&buf);
-    if (end < 0 || skip_ws(p, n, end) != n || span[0] < 0 || span[2] < 0) Py_RETURN_NONE;
+    if (!found) Py_RETURN_NONE;
     return Py_BuildValue("(nnnn)", span[0], span[1], span[2], span[3]);
 }
 
@@ -437,7 +438,8 @@ static PyObject *json_merges(PyObject *self, PyObject *args) {
     result = PyBytes_FromStringAndSize((char *)out, m);
     goto out;
 refuse:
-    result = Py_NewRef(Py_None);
+    Py_INCREF(Py_None);
+    result = Py_None;
 out:
     free(out);
     PyBuffer_Release(&buf);
