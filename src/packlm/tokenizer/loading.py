@@ -111,10 +111,10 @@ def cut_tokenizer_json(data: bytes) -> tuple[bytes, memoryview, bytes] | None:
     merges = _load.json_merges(view[merges_start:merges_end])
     if merges is None:
         return None
-    (a, b, fill), (c, d, fill2) = sorted(
+    (start, end, fill), (start2, end2, fill2) = sorted(  # in the file's order
         [(vocab_start, vocab_end, b"{}"), (merges_start, merges_end, b"[]")]
     )
-    rest = b"".join([data[:a], fill, data[b:c], fill2, data[d:]])
+    rest = b"".join([data[:start], fill, data[end:start2], fill2, data[end2:]])
     return rest, view[vocab_start:vocab_end], merges
 
 
