@@ -162,10 +162,14 @@ def child_load(which: str, root: str, cache_dir: str) -> dict:
         "hf": hf, "tiktoken": tik, "tiktoken-file": tik_file,
         "hf-json": lambda: tokenizers.Tokenizer.from_file(str(root / "tokenizer.json"))
         .encode(text).ids,
+        "hf-export": lambda: tokenizers.Tokenizer.from_file(str(root / "export.json"))
+        .encode(text).ids,
         "packlm-files": lambda: Tokenizer.from_files(vocab, merges, [SPECIAL], cache_dir=cache)
         .encode(text),
         "packlm-saved": lambda: Tokenizer.load(root / "saved", cache_dir=cache).encode(text),
         "packlm-json": lambda: load_path(root / "tokenizer.json", special_tokens=[SPECIAL])
+        .encode(text),
+        "packlm-export": lambda: load_path(root / "export.json", special_tokens=[SPECIAL])
         .encode(text),
         "packlm-tiktoken": lambda: load_path(root / "gpt2.tiktoken", special_tokens=[SPECIAL])
         .encode(text),
@@ -186,15 +190,19 @@ LOADERS = {  # (loader, cache_dir kind) -> row
     ("packlm-saved", "cold"): COLD, ("packlm-saved", "warm"): WARM,
     ("hf-json", "-"): "tokenizers Tokenizer.from_file (.json)",
     ("packlm-json", "-"): "packlm tokenizer.path=tokenizer.json",
+    ("hf-export", "-"): "tokenizers from_file (packlm's export)",
+    ("packlm-export", "-"): "packlm tokenizer.path=(its export).json",
     ("tiktoken-file", "-"): "tiktoken load_tiktoken_bpe (.tiktoken)",
     ("packlm-tiktoken", "-"): "packlm tokenizer.path=gpt2.tiktoken",
 }  # fmt: skip
-REFERENCE = {"packlm-json": "hf-json", "packlm-tiktoken": "tiktoken-file"}  # else "hf"
+REFERENCE = {"packlm-json": "hf-json", "packlm-export": "hf-export",
+             "packlm-tiktoken": "tiktoken-file"}  # else "hf"  # fmt: skip
 
 
 def write_load_files(root: Path) -> None:
     """GPT-2's vocabulary as packlm's saved directory, a tokenizer.json written by HF
-    `tokenizers` itself and a .tiktoken file (tiktoken's dump format)."""
+    `tokenizers` itself (indented, merges as pairs), packlm's own export (compact, merges as
+    strings) and a .tiktoken file (tiktoken's dump format)."""
     import base64
 
     import tokenizers
@@ -203,6 +211,7 @@ def write_load_files(root: Path) -> None:
 
     tok = Tokenizer.from_files(*GPT2_FILES, [SPECIAL])
     tok.save(root / "saved")
+    tok.save_hf(root / "export.json")
     hf = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(*map(str, GPT2_FILES)))
     hf.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     hf.add_special_tokens([SPECIAL])

@@ -188,6 +188,162 @@ def test_tokenizer_json_gives_the_python_tables(small_tokenizer, tmp_path, monke
     assert refused == {"gap", "not byte-level"}
 
 
+def random_byte_level(seed: int) -> Tokenizer:
+    """GPT-2's 256 bytes plus up to 60 random merges, often of bytes that JSON escapes (quote,
+    backslash, slash, control characters) or that GPT-2's map sends above U+00FF, and up to 3
+    special tokens with quotes, backslashes, control characters, non-ASCII and characters
+    beyond the BMP."""
+    rng = random.Random(seed)
+    tokens = [bytes([b]) for b in range(256)]
+    odd = [b'"', b"\\", b"/", b"\x00", b"\n", b" ", b"\x7f", b"\xad", b"\xc3", b"\xff"]
+    merges = []
+    for _ in range(rng.randint(0, 60)):
+        a, b = (rng.choice(odd if rng.random() < 0.4 else tokens) for _ in range(2))
+        if a + b not in tokens and len(a + b) <= 8:
+            tokens.append(a + b)
+            merges.append((a, b))
+    pool = [EOT, 'say "hi"\\n', "<|🙂|>", "tab\there", "<|ü/ß|>", "\x00nul",
+            "<|\U0001f600\u20ac|>"]  # fmt: skip
+    specials = rng.sample(pool, rng.randint(0, 3))
+    return Tokenizer(dict(enumerate(tokens)), merges, specials, engine="python")
+
+
+def test_tokenizer_json_cut_in_c_gives_the_python_tables(tmp_path, monkeypatch):
+    """Where C cuts a tokenizer.json's model.vocab and model.merges out (json.loads parses only
+    the rest), the tables are the Python path's: random vocabularies and merge lists, compact
+    or indented, non-ASCII as \\uXXXX (surrogate pairs beyond the BMP) or raw UTF-8, with \\"
+    \\\\ \\/ and control character escapes, merges as strings, pairs or both."""
+    for seed in range(40):
+        rng = random.Random(seed)
+        spec = hf.tokenizer_json(random_byte_level(seed))
+        strings = spec["model"]["merges"]
+        spec["model"]["merges"] = [
+            m.split(" ") if form == "pairs" or (form == "both" and k % 2) else m
+            for form in [rng.choice(["strings", "pairs", "both"])]
+            for k, m in enumerate(strings)
+        ]
+        if rng.random() < 0.3:  # the merges before the vocab
+            model = spec["model"]
+            spec["model"] = {"merges": model.pop("merges"), **model}
+        indent = rng.choice([None, 2])
+        compact = indent is None and rng.random() < 0.5
+        text = json.dumps(spec, ensure_ascii=rng.random() < 0.5, indent=indent,
+                          separators=(",", ":") if compact else None)  # fmt: skip
+        if "/" in text and rng.random() < 0.5:
+            text = text.replace("/", "\\/")  # the escape json.dumps never writes
+        path = tmp_path / f"{seed}.json"
+        path.write_text(text, encoding="utf-8")
+        assert hf._read_cut(path) is not None, seed  # the C cut is taken
+        load = lambda p=path: hf.load_tokenizer_json(Tokenizer, p, [])  # noqa: E731
+        fast = load()
+        assert fast._merges is None, seed
+        same_tables(fast, python_path(monkeypatch, load))
+
+
+def edit(old: str, new: str):
+    return lambda text: text.replace(old, new, 1)
+
+
+def on_model(change):
+    """A change of the file's parsed model, written back as JSON."""
+
+    def changed(text: str) -> str:
+        spec = json.loads(text)
+        change(spec["model"])
+        return json.dumps(spec)
+
+    return changed
+
+
+def some_pairs(model: dict) -> None:
+    model["merges"] = [m.split(" ") if k % 2 else m for k, m in enumerate(model["merges"])]
+
+
+@pytest.mark.parametrize(
+    "name, change, cut",
+    [
+        ("as written", lambda t: t, True),
+        ("model twice", lambda t: t[:-1] + ', "model": {"type": "BPE", "vocab": {}}}', False),
+        ("vocab twice", edit('"model": {', '"model": {"vocab": {"a": 0}, '), False),
+        ("merges twice", edit('"model": {', '"model": {"merges": [], '), False),
+        ("an escaped key", edit('"vocab":', '"voc\\u0061b":'), False),
+        ("an escaped model", edit('"model":', '"mod\\u0065l":'), False),
+        ("no merges", on_model(lambda m: m.pop("merges")), False),
+        ("deep nesting", edit('"padding": null', '"padding": ' + "[" * 200 + "]" * 200), False),
+        ("NaN elsewhere", edit('"padding": null', '"padding": NaN'), True),
+        ("a syntax error elsewhere", edit('"padding": null', '"padding": nul'), True),
+        ("a trailing comma elsewhere", edit('"padding": null', '"padding": [1,]'), False),
+        ("a normalizer", edit('"normalizer": null', '"normalizer": {"type": "NFC"}'), True),
+        ("a BOM", lambda t: "\ufeff" + t, False),
+        ("extra data", lambda t: t + " {}", False),
+        ("not an object", lambda t: "[" + t + "]", False),
+        ("a lone surrogate elsewhere", edit('"model": {', '"model": {"x": "\\ud800", '), True),
+        ("a lone surrogate token", edit('"vocab": {', '"vocab": {"\\udc00": 0, '), True),
+        ("an id 1.0", edit('"vocab": {', '"vocab": {"zz": 1.0, '), True),
+        ("an id twice", edit('"vocab": {', '"vocab": {"zz": 3, '), True),
+        ("a leading zero", edit('"vocab": {', '"vocab": {"zz": 00, '), True),
+        ("no colon", edit('"vocab": {', '"vocab": {"zz" 0, '), False),
+        ("merges: pairs and strings", on_model(some_pairs), True),
+        ("merges: a trailing comma", lambda t: t[:-3] + ",]}}", False),
+        ("merges: an empty one", edit('"merges": [', '"merges": ["", '), False),
+        ("merges: a newline", edit('"merges": [', '"merges": ["a b\\nc d", '), False),
+        ("merges: three parts", edit('"merges": [', '"merges": [["a", "b", "c"], '), False),
+        ("merges: a space in a pair", edit('"merges": [', '"merges": [["a b", "c"], '), False),
+        ("merges: a number", edit('"merges": [', '"merges": [5, '), False),
+        ("merges: not byte-level", edit('"merges": [', '"merges": ["a\\tb c", '), True),
+        ("merges: a CR", edit('"merges": [', '"merges": ["a b\\r", '), True),
+        ("merges: not in the vocab", edit('"merges": [', '"merges": ["zq qz", '), True),
+    ],
+)
+def test_tokenizer_json_unusual_files_give_the_python_result(small_tokenizer, tmp_path, monkeypatch,
+                                                             name, change, cut):  # fmt: skip
+    """A file C does not cut (or whose cut pieces it does not read) gives what the Python
+    path gives: the same tables, or the same error naming the file and entry."""
+    small_tokenizer.save_hf(tmp_path / "base.json")
+    text = json.dumps(json.loads((tmp_path / "base.json").read_text(encoding="utf-8")))
+    assert text.endswith('"]}}')  # the merges close the model and the file
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(change(text).encode("utf-8"))
+    assert (loading.cut_tokenizer_json(path.read_bytes()) is not None) == cut, name
+    load = lambda: hf.load_tokenizer_json(Tokenizer, path, [EOT])  # noqa: E731
+    try:
+        expected = python_path(monkeypatch, load)
+    except ValueError as e:
+        with pytest.raises(ValueError, match=regex.escape(str(e))):
+            load()
+        return
+    same_tables(load(), expected)
+
+
+def test_tokenizer_json_with_random_damage_gives_the_python_result(tmp_path, monkeypatch):
+    """Files damaged at random (characters, escapes and JSON syntax put in, taken out or
+    swapped; mostly inside the vocab and merges, the bulk of a file) load as in Python: the
+    same tables, or a ValueError with the same message."""
+
+    def outcome(load):
+        try:
+            tok = load()
+        except ValueError as e:
+            return str(e)
+        return tok._table, tok._merge_rows.tolist(), tok.special_token_ids
+
+    spec = hf.tokenizer_json(random_byte_level(3))
+    pairs = json.loads(json.dumps(spec))
+    pairs["model"]["merges"] = [m.split(" ") for m in spec["model"]["merges"]]
+    texts = [json.dumps(spec, ensure_ascii=False), json.dumps(pairs, indent=1)]
+    pieces = [*'{}[]":,\\ u0a\n', "\\u00e9", "\\ud83d", "\\ude00", "null", "1.0", "-1", "Ġ", "\0"]
+    path = tmp_path / "tokenizer.json"
+    load = lambda: hf.load_tokenizer_json(Tokenizer, path, [EOT])  # noqa: E731
+    for seed in range(300):
+        rng = random.Random(seed)
+        text = rng.choice(texts)
+        for _ in range(rng.randint(1, 3)):  # 0 to 3 characters replaced by a piece or nothing
+            i, removed = rng.randrange(len(text)), rng.randint(0, 3)
+            text = text[:i] + rng.choice(["", *pieces]) + text[i + removed :]
+        path.write_bytes(text.encode("utf-8", "surrogatepass"))
+        assert outcome(load) == outcome(lambda: python_path(monkeypatch, load)), seed
+
+
 def test_tiktoken_file_gives_the_python_tables(small_tokenizer, tmp_path, monkeypatch):
     """A .tiktoken file's tokens and recovered merges found in C are those of the Python
     path; any file the C path does not take (a bad line, a gap, a token that is no merge of

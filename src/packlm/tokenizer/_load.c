@@ -8,6 +8,8 @@
    serialize(table, indices=None) -> bytes            (formats.digest's length-prefixed tokens)
    split(blob, ends) -> list[bytes]                  (tables.py's tokens from their file)
    tiktoken_file(data) -> (table, byte_ids, merge_ids as int32 bytes), or None (_load_tiktoken.c)
+   json_model_spans(data) -> where a tokenizer.json's model.vocab and model.merges lie, or None
+   json_merges(data) -> a tokenizer.json's merges as merges.txt's lines, or None
 
    None means "not the common case": the caller then takes the Python path, which gives the
    same result or names the bad entry. So the C code refuses anything unusual (escapes it does
@@ -50,9 +52,24 @@ static Py_ssize_t skip_ws(const uint8_t *p, Py_ssize_t n, Py_ssize_t i) {
     return i;
 }
 
+/* The code unit of the escape \uXXXX at p[k] ('\\' at k), or -1. */
+static int32_t hex4(const uint8_t *p, Py_ssize_t n, Py_ssize_t k) {
+    if (k + 6 > n || p[k] != '\\' || p[k + 1] != 'u') return -1;
+    int32_t cp = 0;
+    for (int d = 2; d < 6; d++) {
+        uint8_t h = p[k + d];
+        int v = h >= '0' && h <= '9' ? h - '0' : (h | 32) >= 'a' && (h | 32) <= 'f' ? (h | 32) - 'a' + 10 : -1;
+        if (v < 0) return -1;
+        cp = cp * 16 + v;
+    }
+    return cp;
+}
+
 /* A JSON string at p[*i] ('"' included) decoded to UTF-8 into out (room for n bytes); its
-   length, or -1 for anything but a plain string (escapes other than \" \\ \/ \uXXXX refused). */
+   length, or -1 where it is not one or holds a lone surrogate (json would keep it; its
+   UTF-8 cannot). Every escape is shorter decoded than written. */
 static Py_ssize_t json_string(const uint8_t *p, Py_ssize_t n, Py_ssize_t *i, uint8_t *out) {
+    static const char ESCAPED[] = "\"\\/bfnrt", MEANS[] = "\"\\/\b\f\n\r\t";
     Py_ssize_t k = *i + 1, m = 0;
     while (k < n && p[k] != '"') {
         if (p[k] < 0x20) return -1;
@@ -61,24 +78,25 @@ static Py_ssize_t json_string(const uint8_t *p, Py_ssize_t n, Py_ssize_t *i, uin
             continue;
         }
         if (k + 1 >= n) return -1;
-        uint8_t e = p[k + 1];
-        if (e == '"' || e == '\\' || e == '/') {
-            out[m++] = e, k += 2;
+        const char *e = p[k + 1] ? strchr(ESCAPED, p[k + 1]) : NULL;
+        if (e) {
+            out[m++] = (uint8_t)MEANS[e - ESCAPED], k += 2;
             continue;
         }
-        if (e != 'u' || k + 6 > n) return -1;
-        int32_t cp = 0;
-        for (int d = 2; d < 6; d++) {
-            uint8_t h = p[k + d];
-            int v = h >= '0' && h <= '9' ? h - '0' : (h | 32) >= 'a' && (h | 32) <= 'f' ? (h | 32) - 'a' + 10 : -1;
-            if (v < 0) return -1;
-            cp = cp * 16 + v;
+        int32_t cp = hex4(p, n, k), low;
+        if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return -1;
+        k += 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair: \uD8xx\uDCxx */
+            if ((low = hex4(p, n, k)) < 0xDC00 || low > 0xDFFF) return -1;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00), k += 6;
         }
-        if (cp >= 0xD800 && cp <= 0xDFFF) return -1; /* surrogate pairs: left to Python */
-        k += 6; /* \uXXXX -> UTF-8 (at most 3 bytes, fewer than the 6 escaped) */
         if (cp < 0x80) out[m++] = (uint8_t)cp;
         else if (cp < 0x800) out[m++] = 0xC0 | (cp >> 6), out[m++] = 0x80 | (cp & 0x3f);
-        else out[m++] = 0xE0 | (cp >> 12), out[m++] = 0x80 | ((cp >> 6) & 0x3f), out[m++] = 0x80 | (cp & 0x3f);
+        else if (cp < 0x10000)
+            out[m++] = 0xE0 | (cp >> 12), out[m++] = 0x80 | ((cp >> 6) & 0x3f), out[m++] = 0x80 | (cp & 0x3f);
+        else
+            out[m++] = 0xF0 | (cp >> 18), out[m++] = 0x80 | ((cp >> 12) & 0x3f),
+            out[m++] = 0x80 | ((cp >> 6) & 0x3f), out[m++] = 0x80 | (cp & 0x3f);
     }
     if (k >= n) return -1;
     *i = k + 1;
@@ -292,14 +310,154 @@ out:
     return result;
 }
 
+/* ---- a tokenizer.json's model.vocab and model.merges --------------------------------- */
+
+/* The end of the JSON value at p[i], or -1. Loose on purpose: json.loads parses the rest of
+   the file, and the two values found here are parsed strictly (vocab_json, json_merges). */
+static Py_ssize_t skip_value(const uint8_t *p, Py_ssize_t n, Py_ssize_t i, int depth) {
+    if (i >= n || depth > 100) return -1;
+    if (p[i] == '"') {
+        for (i++; i < n && p[i] != '"'; i++)
+            if (p[i] == '\\') i++;
+        return i < n ? i + 1 : -1;
+    }
+    if (p[i] == '[' || p[i] == '{') {
+        uint8_t close = p[i] == '[' ? ']' : '}';
+        i = skip_ws(p, n, i + 1);
+        if (i < n && p[i] == close) return i + 1;
+        for (;;) {
+            if (close == '}') { /* a key, then ':' */
+                if (i >= n || p[i] != '"' || (i = skip_value(p, n, i, depth)) < 0) return -1;
+                if ((i = skip_ws(p, n, i)) >= n || p[i] != ':') return -1;
+                i = skip_ws(p, n, i + 1);
+            }
+            if ((i = skip_value(p, n, i, depth + 1)) < 0) return -1;
+            i = skip_ws(p, n, i);
+            if (i >= n || p[i] != ',') return i < n && p[i] == close ? i + 1 : -1;
+            i = skip_ws(p, n, i + 1);
+        }
+    }
+    Py_ssize_t start = i; /* a number, true, false or null: letters, digits, - + . */
+    while (i < n && (((p[i] | 32) >= 'a' && (p[i] | 32) <= 'z') || (p[i] >= '0' && p[i] <= '9') ||
+                     p[i] == '-' || p[i] == '+' || p[i] == '.'))
+        i++;
+    return i > start ? i : -1;
+}
+
+/* Walks the object at p[i]: at level 0 (the file) into the value of "model", at level 1 (the
+   model) noting where the values of "vocab" (span[0:2]) and "merges" (span[2:4]) lie. Its end,
+   or -1 where it is no object, a key there has an escape (json would decode it) or one of
+   those keys is there twice (json would keep the last). */
+static Py_ssize_t model_values(const uint8_t *p, Py_ssize_t n, Py_ssize_t i, int level, Py_ssize_t *span) {
+    static const char *const NAMES[2][2] = {{"model", NULL}, {"vocab", "merges"}};
+    int seen = 0;
+    if (i >= n || p[i] != '{') return -1;
+    i = skip_ws(p, n, i + 1);
+    if (i < n && p[i] == '}') return i + 1;
+    for (;;) {
+        if (i >= n || p[i] != '"') return -1;
+        Py_ssize_t key = i + 1, end = skip_value(p, n, i, 0), length = end - 1 - key, value;
+        if (end < 0 || memchr(p + key, '\\', length)) return -1;
+        int which = -1;
+        for (int k = 0; k < 2; k++) {
+            const char *name = NAMES[level][k];
+            if (name && (Py_ssize_t)strlen(name) == length && memcmp(p + key, name, length) == 0) which = k;
+        }
+        if (which >= 0 && (seen & (1 << which))) return -1;
+        seen |= which >= 0 ? 1 << which : 0;
+        if ((i = skip_ws(p, n, end)) >= n || p[i] != ':') return -1;
+        value = i = skip_ws(p, n, i + 1);
+        if (which >= 0 && level == 0) i = model_values(p, n, i, 1, span);
+        else i = skip_value(p, n, i, 0);
+        if (i < 0) return -1;
+        if (which >= 0 && level == 1) span[2 * which] = value, span[2 * which + 1] = i;
+        i = skip_ws(p, n, i);
+        if (i >= n || p[i] != ',') return i < n && p[i] == '}' ? i + 1 : -1;
+        i = skip_ws(p, n, i + 1);
+    }
+}
+
+/* tokenizer.json bytes -> (vocab start, end, merges start, end): where the values of
+   "model" -> "vocab" and "merges" lie, or None (not found once each, see model_values). */
+static PyObject *json_model_spans(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    const uint8_t *p = buf.buf;
+    Py_ssize_t n = buf.len, span[4] = {-1, -1, -1, -1};
+    Py_ssize_t end = model_values(p, n, skip_ws(p, n, 0), 0, span);
+    int found = end >= 0 && skip_ws(p, n, end) == n && span[0] >= 0 && span[2] >= 0;
+    PyBuffer_Release(&buf);
+    if (!found) Py_RETURN_NONE;
+    return Py_BuildValue("(nnnn)", span[0], span[1], span[2], span[3]);
+}
+
+/* The JSON string at p[*i] appended to out[*m:] with `sep` after it (then past white space);
+   -1 where merge_ids would read the line otherwise than the Python path: an empty string, a
+   newline, a space in a pair's part. */
+static int merge_part(const uint8_t *p, Py_ssize_t n, Py_ssize_t *i, uint8_t *out, Py_ssize_t *m,
+                      uint8_t sep, int in_pair) {
+    Py_ssize_t k = *i < n && p[*i] == '"' ? json_string(p, n, i, out + *m) : -1;
+    if (k <= 0 || memchr(out + *m, '\n', k) || (in_pair && memchr(out + *m, ' ', k))) return -1;
+    *m += k, out[(*m)++] = sep;
+    *i = skip_ws(p, n, *i);
+    return 0;
+}
+
+/* A tokenizer.json's merges (a JSON array of "left right" strings or [left, right] pairs)
+   -> merges.txt's lines ("left right\n"), or None for anything else. No line is longer than
+   the JSON it came from. */
+static PyObject *json_merges(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    const uint8_t *p = buf.buf;
+    Py_ssize_t n = buf.len, m = 0, i = skip_ws(p, n, 0);
+    uint8_t *out = malloc(n + 1);
+    PyObject *result = NULL;
+    if (!out) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (i >= n || p[i] != '[') goto refuse;
+    i = skip_ws(p, n, i + 1);
+    while (i < n && p[i] != ']') {
+        if (p[i] == '[') { /* [left, right] */
+            i = skip_ws(p, n, i + 1);
+            if (merge_part(p, n, &i, out, &m, ' ', 1) < 0 || i >= n || p[i] != ',') goto refuse;
+            i = skip_ws(p, n, i + 1);
+            if (merge_part(p, n, &i, out, &m, '\n', 1) < 0 || i >= n || p[i] != ']') goto refuse;
+            i = skip_ws(p, n, i + 1);
+        } else if (merge_part(p, n, &i, out, &m, '\n', 0) < 0)
+            goto refuse;
+        if (i < n && p[i] == ',') {
+            i = skip_ws(p, n, i + 1);
+            if (i >= n || p[i] == ']') goto refuse; /* a trailing comma */
+        } else if (i >= n || p[i] != ']')
+            goto refuse;
+    }
+    if (i >= n || skip_ws(p, n, i + 1) != n) goto refuse;
+    result = PyBytes_FromStringAndSize((char *)out, m);
+    goto out;
+refuse:
+    Py_INCREF(Py_None);
+    result = Py_None;
+out:
+    free(out);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"vocab_json", vocab_json, METH_VARARGS, "vocab.json bytes, specials (UTF-8) -> table or None"},
     {"vocab_dict", vocab_dict, METH_VARARGS, "{text: id}, specials -> table or None"},
     {"merge_ids", merge_ids, METH_VARARGS, "table, special ids, merges.txt body -> ids or None"},
     {"tiktoken_ranks", load_tiktoken_ranks, METH_VARARGS, "tiktoken's ranks giving these ids, or None"},
     {"serialize", load_serialize, METH_VARARGS, "length-prefixed tokens (of indices) for the digest"},
-    {"tiktoken_file", load_tiktoken_file, METH_VARARGS, ".tiktoken bytes -> (table, byte ids, merges) or None"},
+    {"tiktoken_file", load_tiktoken_file, METH_VARARGS,
+     ".tiktoken bytes -> (table, byte ids, merges) or None"},
     {"split", load_split, METH_VARARGS, "blob, int64 ends -> the tokens (tables.py's file)"},
+    {"json_model_spans", json_model_spans, METH_VARARGS,
+     "tokenizer.json bytes -> where model.vocab and model.merges lie, or None"},
+    {"json_merges", json_merges, METH_VARARGS, "a tokenizer.json's merges -> merges.txt lines or None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_load",

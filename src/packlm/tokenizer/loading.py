@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - exercised only without a compiler
     _load = None
 
 FUNCTIONS = ("vocab_json", "vocab_dict", "merge_ids", "tiktoken_ranks", "serialize", "split",
-             "tiktoken_file")  # fmt: skip
+             "tiktoken_file", "json_model_spans", "json_merges")  # fmt: skip
 if _load is not None and not all(hasattr(_load, f) for f in FUNCTIONS):  # pragma: no cover
     logging.getLogger(__name__).warning(
         "%s was built from older sources (rebuild: pip install -e .); loading tokenizers "
@@ -52,28 +52,32 @@ def gpt2_tables(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
     return byte_level_tables(vocab, merges, special_tokens)
 
 
-def byte_level_tables(vocab: bytes | dict, merges: bytes, special_tokens: list[str],
+def byte_level_tables(vocab: bytes | memoryview | dict, merges: bytes, special_tokens: list[str],
                       literal: list[str] | None = None, added=()) -> dict | None:  # fmt: skip
-    """`gpt2_tables` of a vocab.json's bytes or a {text: id} dict (the texts of `literal`,
-    default the special tokens, as UTF-8, the rest in GPT-2's byte map) and merges.txt's
-    lines, or None. `added`: (id, text) tokens taking their id where the vocab has none (a
-    tokenizer.json's added_tokens), as `hf.read_tokenizer_json` + `encoder.id_tables` place
-    them."""
+    """`gpt2_tables` of a vocab.json's bytes (or a tokenizer.json's model.vocab, as bytes or a
+    {text: id} dict; the texts of `literal`, default the special tokens, as UTF-8, the rest
+    in GPT-2's byte map) and merges.txt's lines, or None. `added`: (id, text) tokens taking
+    their id where the vocab has none (a tokenizer.json's added_tokens), as
+    `hf.read_tokenizer_json` + `encoder.id_tables` place them."""
     if _load is None:
         return None
     literal = special_tokens if literal is None else literal
+    if not all(type(i) is int and type(text) is str for i, text in added):
+        return None
+    try:  # a lone surrogate (json keeps one) has no UTF-8: the Python path names its entry
+        "".join([*special_tokens, *literal, *(text for _, text in added)]).encode("utf-8")
+    except UnicodeEncodeError:
+        return None
     if isinstance(vocab, dict):
         table = _load.vocab_dict(vocab, tuple(literal))
     else:
         table = _load.vocab_json(vocab, tuple(s.encode("utf-8") for s in literal))
     if table is None:
         return None
-    if not all(type(i) is int and type(text) is str for i, text in added):
-        return None
     for i, text in sorted(added, key=lambda t: t[0]):  # stable: the first of an id stays
         if i == len(table):
             table.append(text.encode("utf-8"))
-        elif i > len(table):  # a gap: the Python path names it
+        elif i > len(table) or i < 0:  # a gap or a negative id: the Python path names it
             return None
     specials = {}
     for s in special_tokens:  # as `encoder.id_tables` finds them (no token is there twice)
@@ -92,6 +96,28 @@ def byte_level_tables(vocab: bytes | dict, merges: bytes, special_tokens: list[s
             "special_token_ids": specials}  # fmt: skip
 
 
+def cut_tokenizer_json(data: bytes) -> tuple[bytes, memoryview, bytes] | None:
+    """A tokenizer.json's model.vocab and model.merges cut out in C: (the file with them as {}
+    and [], for json.loads; the vocab's JSON, for `byte_level_tables`; the merges as
+    merges.txt's lines), or None where C does not find each once or reads the merges
+    otherwise than the Python path would."""
+    if _load is None:
+        return None
+    spans = _load.json_model_spans(data)
+    if spans is None:
+        return None
+    vocab_start, vocab_end, merges_start, merges_end = spans
+    view = memoryview(data)
+    merges = _load.json_merges(view[merges_start:merges_end])
+    if merges is None:
+        return None
+    (start, end, fill), (start2, end2, fill2) = sorted(  # in the file's order
+        [(vocab_start, vocab_end, b"{}"), (merges_start, merges_end, b"[]")]
+    )
+    rest = b"".join([data[:start], fill, data[end:start2], fill2, data[end2:]])
+    return rest, view[vocab_start:vocab_end], merges
+
+
 def tiktoken_tables(path: str | os.PathLike, special_tokens: list[str]) -> dict | None:
     """What `Tokenizer._from_tables` takes from a .tiktoken ranks file, each merge recovered
     in C as `formats.read_tiktoken` does it; None for anything unusual (or a special token
@@ -107,9 +133,10 @@ def tiktoken_tables(path: str | os.PathLike, special_tokens: list[str]) -> dict 
         return None
     table, byte_ids, rows = found
     specials = {s: len(table) + k for k, s in enumerate(special_tokens)}
-    if set(table).intersection(s.encode("utf-8") for s in special_tokens):
+    special_bytes = [s.encode("utf-8") for s in special_tokens]
+    if any(token in table for token in special_bytes):  # a scan: no set of 50,000 tokens
         return None
-    table += [s.encode("utf-8") for s in special_tokens]
+    table += special_bytes
     return {"table": table, "byte_ids": byte_ids, "special_token_ids": specials,
             "merge_ids": np.frombuffer(rows, dtype=np.int32).reshape(-1, 3)}  # fmt: skip
 
