@@ -148,6 +148,19 @@ def test_c_split_gives_the_kept_tokens(small_tokenizer, tmp_path, monkeypatch):
     assert kept._table == without_c._table == table
 
 
+def test_c_join_is_split_inverted_and_the_python_join(small_tokenizer, monkeypatch):
+    """The tables file's blob and ends, joined in C, are the Python join's and split back to
+    the tokens; a table holding anything but bytes is refused."""
+    table = [*small_tokenizer._table, b"", b"\x00\xff"]
+    blob, ends = loading.join(table)
+    assert ends.dtype == np.int64 and loading.split(blob, ends) == table
+    py_blob, py_ends = python_path(monkeypatch, lambda: loading.join(table))
+    assert blob == py_blob == b"".join(table) and ends.tolist() == py_ends.tolist()
+    assert loading.join([])[0] == b"" and loading.join([])[1].size == 0
+    with pytest.raises(ValueError, match="not a token"):
+        loading.join([b"a", "b"])
+
+
 def test_tokenizer_json_gives_the_python_tables(small_tokenizer, tmp_path, monkeypatch):
     """A tokenizer.json's tables found in C are those of the Python path, for merges as
     strings or pairs, added tokens inside the vocab, after it or literal UTF-8, and extra

@@ -455,6 +455,7 @@ static PyMethodDef methods[] = {
     {"tiktoken_file", load_tiktoken_file, METH_VARARGS,
      ".tiktoken bytes -> (table, byte ids, merges) or None"},
     {"split", load_split, METH_VARARGS, "blob, int64 ends -> the tokens (tables.py's file)"},
+    {"join", load_join, METH_VARARGS, "the tokens -> blob, int64 ends (split's inverse)"},
     {"json_model_spans", json_model_spans, METH_VARARGS,
      "tokenizer.json bytes -> where model.vocab and model.merges lie, or None"},
     {"json_merges", json_merges, METH_VARARGS, "a tokenizer.json's merges -> merges.txt lines or None"},

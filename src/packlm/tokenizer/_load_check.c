@@ -240,3 +240,34 @@ PyObject *load_split(PyObject *self, PyObject *args) {
     PyBuffer_Release(&blob), PyBuffer_Release(&ends);
     return out;
 }
+
+/* list[bytes] -> (blob, int64 ends): `split`'s inverse, the tokens as tables.py writes them,
+   without a Python len() and a join over every token. */
+PyObject *load_join(PyObject *self, PyObject *args) {
+    PyObject *table, *blob = NULL, *ends = NULL;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &table)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(table), total = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *b = PyList_GET_ITEM(table, k);
+        if (!PyBytes_Check(b)) {
+            PyErr_SetString(PyExc_ValueError, "join: not a token");
+            return NULL;
+        }
+        total += PyBytes_GET_SIZE(b);
+    }
+    blob = PyBytes_FromStringAndSize(NULL, total);
+    ends = blob ? PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t)) : NULL;
+    if (!ends) {
+        Py_XDECREF(blob);
+        return NULL;
+    }
+    char *w = PyBytes_AS_STRING(blob);
+    int64_t *end = (int64_t *)PyBytes_AS_STRING(ends), at = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *b = PyList_GET_ITEM(table, k);
+        Py_ssize_t len = PyBytes_GET_SIZE(b);
+        memcpy(w + at, PyBytes_AS_STRING(b), len);
+        end[k] = at += len;
+    }
+    return Py_BuildValue("(NN)", blob, ends);
+}

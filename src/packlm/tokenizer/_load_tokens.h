@@ -57,6 +57,7 @@ static inline int32_t tokens_find(Tokens *t, const char *p, Py_ssize_t n, int32_
 PyObject *load_tiktoken_ranks(PyObject *self, PyObject *args);
 PyObject *load_serialize(PyObject *self, PyObject *args);
 PyObject *load_split(PyObject *self, PyObject *args);
+PyObject *load_join(PyObject *self, PyObject *args);
 PyObject *load_tiktoken_file(PyObject *self, PyObject *args);
 
 #endif

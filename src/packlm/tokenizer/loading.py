@@ -168,3 +168,12 @@ def split(blob: bytes, ends: np.ndarray) -> list[bytes] | None:
     if _load is None:
         return None
     return _load.split(blob, np.ascontiguousarray(ends, dtype=np.int64).tobytes())
+
+
+def join(table: list[bytes]) -> tuple[bytes, np.ndarray]:
+    """(the tokens joined, the int64 end of each): `split`'s inverse, in C when built."""
+    if _load is None:
+        ends = np.cumsum(np.fromiter(map(len, table), dtype=np.int64, count=len(table)))
+        return b"".join(table), ends
+    blob, ends = _load.join(table)
+    return blob, np.frombuffer(ends, dtype=np.int64)

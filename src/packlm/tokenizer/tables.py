@@ -73,10 +73,10 @@ def _checksum(facts: dict, arrays: list[np.ndarray]) -> str:
 
 def _write_tables(path: Path, tables: dict) -> None:
     """Arrays + their sha256 and the small facts in JSON; a temporary name, then renamed."""
-    table = tables["table"]
+    blob, ends = loading.join(tables["table"])
     arrays = [
-        np.frombuffer(b"".join(table), dtype=np.uint8),
-        np.cumsum(np.fromiter(map(len, table), dtype=np.int64, count=len(table))),
+        np.frombuffer(blob, dtype=np.uint8),
+        ends,
         np.array(tables["byte_ids"], dtype=np.int32),
         np.array(tables["merge_ids"], dtype=np.int32).reshape(-1, 3),
     ]
