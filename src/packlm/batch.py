@@ -25,10 +25,14 @@ not follow its predecessor by +1 starts a new one, and every PAD (position 0) is
 Labels are already shifted: `labels[:, j]` is the target of `input_ids[:, j]`. Pass them to a
 loss as they are, never to a Hugging Face model's own `labels=` (it shifts them again).
 Counts from the batch alone: supervised = `(labels != IGNORE_INDEX).sum()`, non-pad =
-`(segment_ids >= 0).sum()`.
+`(segment_ids >= 0).sum()`. `with_counts` adds all of them (`COUNTED`) under `counts` while
+the batch is still on the CPU (Lightning's `on_before_batch_transfer`), so a training step on
+an accelerator never reads them back from the device.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -41,6 +45,13 @@ SOURCE_KEY = "source_ids"
 DOCUMENT_KEY = "document_ids"
 """Added by packlm's validation loader (`WindowDataset(documents=True)`)."""
 VARLEN_KEYS = ("cu_seqlens", "max_seqlen")
+COUNTS_KEY = "counts"
+"""float64 [len(COUNTED)] numpy, added on the CPU by `with_counts` (never moved to a device)."""
+COUNTED = (
+    "supervised", "input", "nonpad", "documents", "target_documents", "attention_pairs",
+    "dense_pairs",
+)  # fmt: skip
+"""What `counts` holds, named as `packlm.model.loss.StepTotals` names them."""
 
 
 def make_batch(
@@ -120,6 +131,42 @@ def varlen_runs(segments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def supervised_by_source(batch_labels: np.ndarray, source_ids: np.ndarray, n: int) -> np.ndarray:
     """int64 [n]: the supervised targets of each source in a batch (sums to supervised)."""
     return np.bincount(source_ids[batch_labels != IGNORE_INDEX], minlength=n).astype(np.int64)
+
+
+def counts(labels: np.ndarray, segment_ids: np.ndarray | None) -> np.ndarray:
+    """float64 [len(COUNTED)] of one batch: targets (!= IGNORE_INDEX); positions B T; non-PAD
+    positions; (row, segment) pieces; pieces with a target (document weighting's P); causal
+    (query, key) pairs the block-diagonal mask allows (n (n+1) / 2 a piece of n tokens) and a
+    dense causal mask's (B T (T+1) / 2). Without segment ids a row is one piece, no PAD."""
+    B, T = labels.shape
+    supervised = labels != IGNORE_INDEX  # [B, T]
+    dense = B * T * (T + 1) / 2
+    if segment_ids is None:
+        pieces, with_target, allowed = B, supervised.any(axis=1).sum(), dense
+        nonpad = B * T
+    else:
+        seg = segment_ids.astype(np.int64)
+        slot = (np.where(seg >= 0, seg, T) + (T + 1) * np.arange(B)[:, None]).ravel()  # PAD -> T
+        size = np.bincount(slot, minlength=B * (T + 1)).reshape(B, T + 1)[:, :T]  # [B, T]
+        targets = np.bincount(slot, weights=supervised.ravel(), minlength=B * (T + 1))
+        pieces, nonpad = (size > 0).sum(), (seg >= 0).sum()
+        with_target = (targets.reshape(B, T + 1)[:, :T] > 0).sum()
+        allowed = (size * (size + 1) // 2).sum()
+    values = [supervised.sum(), B * T, nonpad, pieces, with_target, allowed, dense]
+    return np.array(values, dtype=np.float64)
+
+
+def with_counts(batch):
+    """`batch` (a mapping of CPU tensors or arrays with `labels`) with its `counts` added;
+    anything else, or a batch already on an accelerator, unchanged (the loss then counts on
+    the device and reads the step's totals back once)."""
+    if not isinstance(batch, Mapping) or "labels" not in batch:
+        return batch
+    labels, seg = batch["labels"], batch.get("segment_ids")
+    if any(getattr(getattr(t, "device", None), "type", "cpu") != "cpu" for t in (labels, seg)):
+        return batch
+    host = [None if t is None else np.asarray(t) for t in (labels, seg)]  # CPU tensors: views
+    return {**batch, COUNTS_KEY: counts(*host)}
 
 
 def _starts(segments: np.ndarray) -> np.ndarray:

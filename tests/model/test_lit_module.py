@@ -8,6 +8,7 @@ from functools import partial
 from types import SimpleNamespace
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,10 +17,11 @@ from torch.utils.data import DataLoader
 
 from helpers.lightning_doubles import Capture
 from helpers.models import PAD, V, cat_rows, pack_row, random_docs, tiny_config
+from packlm.batch import with_counts
 from packlm.callbacks import StepMetrics
 from packlm.data.epoch.collate import mark_stream
 from packlm.model.lit_module import LitCausalLM
-from packlm.model.loss import token_counts
+from packlm.model.loss import StepTotals, token_counts
 from packlm.model.schedule import lr_factor, time_limit
 from packlm.model.transformer import Transformer
 
@@ -48,7 +50,13 @@ class Probe(LitCausalLM):
             n: None if p.grad is None else p.grad.clone() for n, p in self.named_parameters()
         }
         self.step_weights = copy.deepcopy(self.model.state_dict())  # before this step's update
-        self.losses = getattr(self, "losses", []) + [self.last_loss]
+        self.losses = getattr(self, "losses", []) + [float(self.last_loss)]
+
+    counts_on_cpu = False  # the `count_path` fixture's choice
+
+    def on_before_batch_transfer(self, batch, dataloader_idx):
+        batch = super().on_before_batch_transfer(batch, dataloader_idx)
+        return with_counts(batch) if self.counts_on_cpu else batch
 
 
 def make(cls=Probe, seed=0, **optim) -> LitCausalLM:
@@ -89,6 +97,21 @@ def assert_grads_equal(got: dict, expected: dict) -> None:
         torch.testing.assert_close(got[name], g, atol=1e-10, rtol=1e-8, msg=name)
 
 
+@pytest.fixture(params=["device counts", "cpu counts"])
+def count_path(request, monkeypatch):
+    """Run a test with the step's counts taken on the device (a batch without `counts`, as a
+    plain DataLoader gives it) and from the batch on the CPU (`with_counts`, as packlm's
+    DataModule adds them: then the step's totals are never read back from the device)."""
+    if request.param == "cpu counts":
+        monkeypatch.setattr(Probe, "counts_on_cpu", True)
+
+        def read_back(totals):
+            raise AssertionError("the step read its totals back from the device")
+
+        monkeypatch.setattr(StepTotals, "from_tensor", staticmethod(read_back))
+    return request.param
+
+
 @pytest.fixture(params=["logits", "chunked"])
 def head_path(request, monkeypatch):
     """Run a test through both loss paths of LitCausalLM: logits + F.cross_entropy, and the
@@ -99,7 +122,7 @@ def head_path(request, monkeypatch):
     return request.param
 
 
-def test_accumulation_equals_one_big_batch(head_path):
+def test_accumulation_equals_one_big_batch(head_path, count_path):
     expected, expected_loss = reference_grads(MANY, FEW)
 
     accumulated = make()
@@ -118,7 +141,7 @@ def test_accumulation_equals_one_big_batch(head_path):
     assert not torch.allclose((naive[key] + few[key]) / 2, expected[key], atol=1e-6)
 
 
-def test_short_last_cycle_of_an_epoch_is_exact(head_path):
+def test_short_last_cycle_of_an_epoch_is_exact(head_path, count_path):
     """3 micro-batches with accumulate_grad_batches=2: the second step has one micro-batch."""
     lit = make()
     trainer(max_steps=2, accumulate_grad_batches=2).fit(lit, loader(MANY, MANY, FEW))
@@ -129,7 +152,7 @@ def test_short_last_cycle_of_an_epoch_is_exact(head_path):
         torch.testing.assert_close(lit.step_grads[f"model.{name}"], p.grad, atol=1e-10, rtol=1e-8)
 
 
-def test_step_without_targets_leaves_everything_unchanged(head_path):
+def test_step_without_targets_leaves_everything_unchanged(head_path, count_path):
     snapshots = []
 
     class Snapshot(L.Callback):
@@ -452,7 +475,7 @@ def document_reference_grads(*batches) -> tuple[dict[str, torch.Tensor], float]:
     return {f"model.{k}": p.grad for k, p in model.named_parameters()}, loss.item()
 
 
-def test_document_weighting_is_exact_under_accumulation(head_path):
+def test_document_weighting_is_exact_under_accumulation(head_path, count_path):
     expected, expected_loss = document_reference_grads(MANY, FEW)
     accumulated = make()
     accumulated.model_config.loss_weighting = "document"
@@ -465,7 +488,7 @@ def test_document_weighting_is_exact_under_accumulation(head_path):
     assert not torch.allclose(by_token["model.wte.weight"], expected["model.wte.weight"], atol=1e-6)
 
 
-def test_document_weighting_step_without_targets_is_zero(head_path):
+def test_document_weighting_step_without_targets_is_zero(head_path, count_path):
     lit = make()
     lit.model_config.loss_weighting = "document"
     trainer(max_steps=1).fit(lit, loader(NONE))
@@ -480,6 +503,34 @@ def test_attention_useful_fraction_counts_the_pairs_the_mask_allows():
     lit = make()
     trainer(max_steps=1).fit(lit, loader(MANY))
     assert lit.last_step.attention_useful_fraction == pytest.approx(float(allowed) / float(dense))
+
+
+def test_counts_on_the_cpu_are_the_device_counts():
+    """`packlm.batch.counts` (numpy, before the batch moves) gives every count the device
+    functions give, on random rows: pieces of any length, PAD anywhere, no target at all,
+    and rows without segment ids."""
+    from packlm.batch import COUNTED
+    from packlm.model.loss import attention_pairs, document_weights
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        B, T = rng.integers(1, 6), rng.integers(1, 20)
+        seg = np.sort(rng.integers(0, min(4, T), (B, T)), axis=1).astype(np.int32)
+        seg = np.where(rng.random((B, T)) < 0.15, -1, seg)
+        labels = np.where(rng.random((B, T)) < rng.random(), -100, rng.integers(0, 50, (B, T)))
+        for segments in (seg, None):
+            batch = {"input_ids": torch.zeros(B, T, dtype=torch.long),
+                     "labels": torch.from_numpy(labels)}  # fmt: skip
+            if segments is not None:
+                batch["segment_ids"] = torch.from_numpy(segments)
+            n_input, n_nonpad, n_docs = token_counts(batch)
+            allowed, dense = attention_pairs(batch)
+            _, pieces = document_weights(batch["labels"], batch.get("segment_ids"))
+            supervised = (batch["labels"] != -100).sum()
+            device = dict(supervised=supervised, input=n_input, nonpad=n_nonpad, documents=n_docs,
+                          target_documents=pieces, attention_pairs=allowed, dense_pairs=dense)  # fmt: skip
+            host = with_counts(batch)["counts"]
+            assert host.tolist() == [float(device[k]) for k in COUNTED]
 
 
 def test_a_bf16_mixed_fit_with_clipping_runs_a_fused_adamw():

@@ -26,6 +26,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from packlm.batch import with_counts
 from packlm.data.epoch import curriculum
 from packlm.data.epoch.collate import mark_stream
 from packlm.data.epoch.loader import PlanDataLoader, WindowDataset, plan_signature
@@ -125,8 +126,10 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
 
     # --- dataloaders ---------------------------------------------------------------------
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Stream batches are marked on the CPU (`collate.mark_stream`): no device read."""
-        return mark_stream(batch)
+        """Read on the CPU what the step needs, so that it reads nothing from the device:
+        whether the rows are stream rows (`collate.mark_stream`) and the counts
+        (`packlm.batch.with_counts`, what ExactStepLoss's own hook would add)."""
+        return with_counts(mark_stream(batch))
 
     def train_dataloader(self) -> PlanDataLoader:
         if isinstance(self.trainer, L.Trainer):  # before the epoch is read: it may move on

@@ -29,11 +29,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from packlm.batch import IGNORE_INDEX
+from packlm.batch import COUNTED, IGNORE_INDEX
 from packlm.model import fused
 from packlm.runtime.shims import foreach_mul_, foreach_norm
 
@@ -43,9 +44,11 @@ COUNTS = ("input", "nonpad", "supervised", "documents")
 
 @dataclass(frozen=True)
 class StepTotals:
-    """What one optimizer step adds up to, over all its micro-batches and ranks."""
+    """What one optimizer step adds up to, over all its micro-batches and ranks. The counts
+    are floats; `nats` and `document_nats` may be device scalars, read only by whoever needs
+    their value (a logging step), so the step itself never waits for the device."""
 
-    nats: float = 0.0
+    nats: float | Tensor = 0.0
     """Sum of cross-entropy over the supervised targets."""
     supervised: float = 0.0
     """N: targets != -100 (the loss denominator)."""
@@ -55,7 +58,7 @@ class StepTotals:
     """Positions with segment_ids >= 0."""
     documents: float = 0.0
     """Distinct (row, segment) pairs with segment >= 0."""
-    document_nats: float = 0.0
+    document_nats: float | Tensor = 0.0
     """Sum over document pieces with a target of their mean cross-entropy."""
     target_documents: float = 0.0
     """P: document pieces with at least one target (the denominator of document weighting)."""
@@ -65,12 +68,12 @@ class StepTotals:
     """(query, key) pairs of a dense T x T causal mask over the same rows: B T (T+1) / 2."""
 
     @property
-    def loss(self) -> float:
+    def loss(self) -> float | Tensor:
         """Mean cross-entropy per supervised target (0 when there is none)."""
         return self.nats / self.supervised if self.supervised > 0 else 0.0
 
     @property
-    def loss_per_document(self) -> float:
+    def loss_per_document(self) -> float | Tensor:
         """Mean over document pieces of their mean cross-entropy (0 when there is none)."""
         return self.document_nats / self.target_documents if self.target_documents > 0 else 0.0
 
@@ -86,6 +89,21 @@ class StepTotals:
     def from_tensor(cls, totals: Tensor) -> StepTotals:
         """From the float64 device vector of `micro_batch_totals` (reads it: one sync)."""
         return cls(*totals.tolist())
+
+    @classmethod
+    def from_parts(cls, nats: Tensor, counts: np.ndarray) -> StepTotals:
+        """From the device [2] (nats, document_nats) and the host counts (`packlm.batch.COUNTED`
+        order): nothing is read from the device."""
+        host = dict(zip(COUNTED, counts.tolist(), strict=True))
+        return cls(nats=nats[0], document_nats=nats[1], **host)
+
+    @staticmethod
+    def vector(nats: Tensor, counts: np.ndarray) -> Tensor:
+        """The float64 [9] vector of `micro_batch_totals` from `from_parts`' parts, on nats'
+        device (for an all-reduce)."""
+        host = dict(zip(COUNTED, torch.from_numpy(counts).to(nats.device), strict=True))
+        values = {"nats": nats[0], "document_nats": nats[1], **host}
+        return torch.stack([values[f.name] for f in fields(StepTotals)])
 
 
 def cross_entropy_per_target(logits: Tensor, labels: Tensor) -> Tensor:

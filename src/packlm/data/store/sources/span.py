@@ -74,7 +74,10 @@ class SpanReader:
 
 
 def open_span(
-    path: Path | RemoteFile, fmt: Format, span: tuple[float, float] | None, cut: tuple[int, int] | None = None
+    path: Path | RemoteFile,
+    fmt: Format,
+    span: tuple[float, float] | None,
+    cut: tuple[int, int] | None = None,
 ) -> BinaryIO:
     """A reader of the span of an uncompressed text file (SourceError for any other file),
     or of the bytes `cut` of a span or file (`sources.cuts` chose them)."""
