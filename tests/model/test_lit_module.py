@@ -141,6 +141,24 @@ def test_accumulation_equals_one_big_batch(head_path, count_path):
     assert not torch.allclose((naive[key] + few[key]) / 2, expected[key], atol=1e-6)
 
 
+class HalfCounted(Probe):
+    """Counts from the CPU for every other micro-batch only (a DataModule that adds them to
+    some batches): a cycle mixes both kinds."""
+
+    def on_before_batch_transfer(self, batch, dataloader_idx):
+        self.transfers = getattr(self, "transfers", 0) + 1
+        return with_counts(batch) if self.transfers % 2 else batch
+
+
+def test_a_cycle_mixing_counted_and_uncounted_micro_batches_is_exact(head_path):
+    expected, expected_loss = reference_grads(MANY, FEW)
+    mixed = make(HalfCounted)
+    trainer(max_steps=1, accumulate_grad_batches=2).fit(mixed, loader(MANY, FEW))
+    assert mixed.transfers == 2
+    assert_grads_equal(mixed.step_grads, expected)
+    assert mixed.losses == [pytest.approx(expected_loss, rel=1e-12)]
+
+
 def test_short_last_cycle_of_an_epoch_is_exact(head_path, count_path):
     """3 micro-batches with accumulate_grad_batches=2: the second step has one micro-batch."""
     lit = make()

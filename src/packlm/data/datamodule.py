@@ -127,9 +127,10 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
     # --- dataloaders ---------------------------------------------------------------------
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Read on the CPU what the step needs, so that it reads nothing from the device:
-        whether the rows are stream rows (`collate.mark_stream`) and the counts
-        (`packlm.batch.with_counts`, what ExactStepLoss's own hook would add)."""
-        return with_counts(mark_stream(batch))
+        whether the rows are stream rows (`collate.mark_stream`) and, for training, the
+        counts (`packlm.batch.with_counts`; ExactStepLoss reads them instead of the device)."""
+        batch = mark_stream(batch)
+        return with_counts(batch) if getattr(self.trainer, "training", False) else batch
 
     def train_dataloader(self) -> PlanDataLoader:
         if isinstance(self.trainer, L.Trainer):  # before the epoch is read: it may move on
