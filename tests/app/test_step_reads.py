@@ -23,6 +23,9 @@ from packlm.data.datamodule import PackedDataModule
 from packlm.data.epoch.collate import mark_stream
 from packlm.train import train
 
+RUN = ("trainer.max_steps=8", "trainer.log_every_n_steps=4", "trainer.val_check_interval=100",
+       "train.sample_prompt=", "train.log_batch_images=false", "train.validate_at_end=false")  # fmt: skip
+"""8 steps, logging every 4th, nothing else in between (no validation, samples, images)."""
 READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__", "__format__")
 
 
@@ -64,14 +67,7 @@ def test_a_training_step_reads_no_float_value_between_logging_steps(
     monkeypatch.setattr(run_compose, "FiniteTraining", partial(FiniteTraining, every_step=False))
     guard = FloatReadGuard(monkeypatch)
     metrics = train(
-        compose_tiny(
-            "trainer.max_steps=8",
-            "trainer.log_every_n_steps=4",
-            "trainer.val_check_interval=100",
-            "train.sample_prompt=",
-            "train.log_batch_images=false",
-            "train.validate_at_end=false",
-        ),  # fmt: skip
+        compose_tiny(*RUN),
         run_dir=tmp_path,
         callbacks=[guard],
     )
@@ -148,15 +144,7 @@ def test_the_divergence_guard_in_accelerator_mode_names_the_first_bad_step(
         TrainingDiverged, match=r"training diverged at step 3: the training loss is nan"
     ):
         train(
-            compose_tiny(
-                "trainer.max_steps=8",
-                "trainer.log_every_n_steps=4",
-                "trainer.val_check_interval=100",
-                "train.sample_prompt=",
-                "train.log_batch_images=false",
-                "train.validate_at_end=false",
-                "train.checkpoint_every_n_steps=2",
-            ),  # fmt: skip
+            compose_tiny(*RUN, "train.checkpoint_every_n_steps=2"),
             run_dir=tmp_path,
             callbacks=[PoisonAt(3)],
         )
@@ -181,10 +169,7 @@ def test_on_a_gpu_a_training_step_that_does_not_log_never_synchronizes(compose_t
     """What the float-read guard above stands in for on a CPU, checked by CUDA itself."""
     try:
         train(
-            compose_tiny("trainer.accelerator=gpu", "trainer.devices=1", "trainer.max_steps=8",
-                         "trainer.log_every_n_steps=4", "trainer.val_check_interval=100",
-                         "train.sample_prompt=", "train.log_batch_images=false",
-                         "train.validate_at_end=false"),  # fmt: skip
+            compose_tiny(*RUN, "trainer.accelerator=gpu", "trainer.devices=1"),
             run_dir=tmp_path,
             callbacks=[CudaSyncGuard()],
         )
