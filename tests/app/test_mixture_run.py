@@ -34,7 +34,7 @@ def scalars(run: Path, tag: str) -> dict[int, float]:
 
 
 def test_tensorboard_shows_realized_and_target_shares_and_stats_the_phases(
-    compose_tiny, tiny_corpus, tmp_path
+    compose_tiny, tiny_corpus, tmp_path, monkeypatch
 ):
     cfg = compose_tiny(*mixture(tiny_corpus), "trainer.max_steps=8", "train.validate_at_end=false")
     run = tmp_path / "run"
@@ -53,7 +53,13 @@ def test_tensorboard_shows_realized_and_target_shares_and_stats_the_phases(
         assert (early > 0.5) == (before > 0.5) and (late > 0.5) == (after > 0.5)
     assert scalars(run, "Loss/train_by_source/small")  # beside the per-source loss
 
-    tracer = tracer_of(run / "checkpoints" / "last.ckpt")  # python -m packlm.trace
+    elsewhere = tmp_path / "elsewhere"  # the working directory of the default cache
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    # python -m packlm.trace on a run started from Python (no .hydra/config.yaml): the run's
+    # own stores, found through the checkpoint, not rebuilt in the default cache
+    tracer = tracer_of(run / "checkpoints" / "last.ckpt")
+    assert not any(elsewhere.iterdir())
     for step in (3, 4):
         ((epoch, batch),) = tracer.step_batches(step)
         trace = tracer.batch(epoch, batch)

@@ -17,11 +17,18 @@ from packlm.checkpoint.contents import KEY
 
 class CheckpointExtras(L.Callback):
     def __init__(
-        self, tokenizer: Any, data_config: dict[str, Any], settings: dict[str, Any] | None = None
+        self,
+        tokenizer: Any,
+        data_config: dict[str, Any],
+        settings: dict[str, Any] | None = None,
+        cache_dir: str | None = None,
     ):
         self.tokenizer = tokenizer
         self.data_config = data_config
         self.settings = settings or {}  # run settings a resume compares (trainer.max_steps, ...)
+        # where the run's stores are: `python -m packlm.trace` finds them there even for a run
+        # started from Python, which has no .hydra/config.yaml to say it
+        self.cache_dir = cache_dir
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
         checkpoint[KEY] = {
@@ -29,3 +36,5 @@ class CheckpointExtras(L.Callback):
             "data": self.data_config,
             "settings": self.settings,
         }
+        if self.cache_dir is not None:
+            checkpoint[KEY]["cache_dir"] = self.cache_dir

@@ -96,6 +96,7 @@ def compose(
             datamodule.tokenizer,
             asdict(config.data),
             {**run_settings(config), "tokenizer.vocab_size": datamodule.vocab_size},  # the real
+            str(Path(cfg.cache_dir).expanduser().resolve()),
         ),
         ResumedSettings(config.optim),
         StepMetrics(),  # before SupervisedTokenAxis, which reads the train/loss it logs

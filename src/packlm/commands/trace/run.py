@@ -44,6 +44,8 @@ def tracer_of(path: str | Path, world_size: int | None = None) -> Tracer:
         saved = run_dir_of(path) / ".hydra" / "config.yaml"
         if saved.is_file():
             run_cfg = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
+        elif extras.get("cache_dir") and Path(extras["cache_dir"]).is_dir():  # run from Python
+            run_cfg = {"cache_dir": extras["cache_dir"]}
     else:
         raise ConfigError(f"{path}: no such run directory or checkpoint")
     run_cfg = run_cfg or {}
