@@ -52,7 +52,7 @@ static Py_ssize_t skip_ws(const uint8_t *p, Py_ssize_t n, Py_ssize_t i) {
     return i;
 }
 
-/* The code unit of the escape \uXXXX at p[k] ('\\' at k), or -1. */
+/* The code unit of the escape backslash, u, four hex digits at p[k], or -1. */
 static int32_t hex4(const uint8_t *p, Py_ssize_t n, Py_ssize_t k) {
     if (k + 6 > n || p[k] != '\\' || p[k + 1] != 'u') return -1;
     int32_t cp = 0;
