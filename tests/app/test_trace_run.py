@@ -108,3 +108,20 @@ def test_a_damaged_store_is_rebuilt_saying_why(run, capsys):
                           capture_output=True, text=True, timeout=300, env=subprocess_env())  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip() == before.strip()  # the same store again
     assert "the cached store is damaged, rebuilding" in done.stderr  # it used to say nothing
+
+
+def test_a_saved_config_using_packlms_resolvers_is_traced_in_a_fresh_process(run, tmp_path):
+    """A preset's saved config keeps `${packlm.project_dir:}` unresolved (experiment=shakespeare
+    did): `python -m packlm.trace` resolved it without packlm's resolvers and failed."""
+    run_dir, _, _ = run
+    copy = tmp_path / "run"
+    (copy / ".hydra").mkdir(parents=True)
+    saved = (run_dir / ".hydra" / "config.yaml").read_text()
+    assert "sample_prompt: ''" in saved
+    saved = saved.replace("sample_prompt: ''", "sample_prompt: ${packlm.project_dir:}")
+    (copy / ".hydra" / "config.yaml").write_text(saved)
+    (copy / "checkpoints").symlink_to(run_dir / "checkpoints")
+    done = subprocess.run([sys.executable, "-m", "packlm.trace", str(copy), "step=2"],
+                          capture_output=True, text=True, timeout=300, env=subprocess_env())  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("step 2:")

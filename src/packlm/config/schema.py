@@ -144,7 +144,9 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("packlm.run_dir", _run_dir, replace=True)
     OmegaConf.register_new_resolver("packlm.output_subdir", _output_subdir, replace=True)
     OmegaConf.register_new_resolver("packlm.sweep_subdir", sweep_subdir, replace=True)
-    OmegaConf.register_new_resolver("packlm.project_dir", lambda: str(Path(CONFIG_DIR).parent))
+    OmegaConf.register_new_resolver(
+        "packlm.project_dir", lambda: str(Path(CONFIG_DIR).parent), replace=True
+    )
 
 
 def _run_dir(ckpt_path: str | None, fresh: str) -> str:
