@@ -18,9 +18,9 @@ def tracer_of(path: str | Path, world_size: int | None = None) -> Tracer:
     from omegaconf import OmegaConf
 
     from packlm.checkpoint.contents import KEY, read_checkpoint, run_dir_of
-    from packlm.config.schema import register_configs
     from packlm.checkpoint.contents import tokenizer_from_checkpoint as tok_of
     from packlm.config.data import DataConfig
+    from packlm.config.schema import register_configs
     from packlm.config.tokenizer import TokenizerConfig
 
     register_configs()  # a saved config names packlm's resolvers (`${packlm.project_dir:}`)
