@@ -30,6 +30,8 @@ import psutil
 SPECIAL = "<|endoftext|>"
 GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "bpe" / "corpus.en"
 GPT2_FILES = GOLDEN.with_name("gpt2_vocab.json"), GOLDEN.with_name("gpt2_merges.txt")
+TEXT = "Hello world"  # what each load encodes first
+NEW_TEXT = "Hello w\u0c5crld"  # U+0C5C: a letter since Unicode 16, not in tiktoken 0.14's tables
 
 
 def documents():
@@ -123,10 +125,10 @@ def child_encode(saved: str, repeat: int) -> dict:
     return {"rows": rows, "megabytes": megabytes}
 
 
-def child_load(which: str, root: str, cache_dir: str) -> dict:
+def child_load(which: str, root: str, cache_dir: str, text: str = TEXT) -> dict:
     """Seconds from the files (GPT-2's, or packlm's saved copy, a tokenizer.json or a
-    .tiktoken file of the same vocabulary under `root`) to the first encode, with every
-    import done before (packlm's lazy ones too). cache_dir "-": none, else packlm's."""
+    .tiktoken file of the same vocabulary under `root`) to the first encode of `text`, with
+    every import done before (packlm's lazy ones too). cache_dir "-": none, else packlm's."""
     import tiktoken
     import tokenizers
     from tiktoken.load import load_tiktoken_bpe
@@ -137,7 +139,7 @@ def child_load(which: str, root: str, cache_dir: str) -> dict:
     from packlm.tokenizer.obtain import load_path
 
     vocab, merges = GPT2_FILES
-    root, text = Path(root), "Hello world"
+    root = Path(root)
     cache = None if cache_dir == "-" else cache_dir
 
     def hf() -> list[int]:
@@ -186,6 +188,8 @@ LOADERS = {  # (loader, cache_dir kind) -> row
     ("packlm-files", "-"): "packlm Tokenizer.from_files", ("packlm-files", "cold"): COLD,
     ("packlm-files", "warm"): WARM,
     ("packlm-files", "first"): "  no cache_dir, no engine_patterns store",
+    ("hf", "new"): "tokenizers, a letter tiktoken lacks",
+    ("packlm-files", "first-new"): "  packlm, no store, that letter (probe)",
     ("packlm-saved", "-"): "packlm Tokenizer.load (saved dir)",
     ("packlm-saved", "cold"): COLD, ("packlm-saved", "warm"): WARM,
     ("hf-json", "-"): "tokenizers Tokenizer.from_file (.json)",
@@ -226,32 +230,36 @@ def load_table(repeat: int) -> None:
     ratios against its reference (HF `tokenizers` reading GPT-2's files, or the same
     library reading the same file). A "cold" run gets a new empty cache_dir; "warm" runs
     share one that a first load filled; a "first" run has no cache_dir and an empty user
-    cache (`XDG_CACHE_HOME`): the first load on a machine, which also probes tiktoken's
-    Unicode classes (`engine_pattern`). CPU time is the child's own, steadier than wall
-    time on a busy machine."""
+    cache (`XDG_CACHE_HOME`): the first load on a machine, which checks the text's
+    characters in tiktoken (`engine_pattern.SeenCharacters`), and probes all of Unicode
+    when one is classed otherwise than in `regex` ("new": a text with such a letter). CPU
+    time is the child's own, steadier than wall time on a busy machine."""
     with tempfile.TemporaryDirectory() as tmp:
         root, warm = Path(tmp), str(Path(tmp) / "warm")
         write_load_files(root)
         for which in ("packlm-files", "packlm-saved"):
             run_child(["load", which, tmp, warm])  # fills the warm cache_dir
 
-        runs, dirs = {key: [] for key in LOADERS}, {"-": "-", "first": "-", "warm": warm}
+        runs, dirs = {key: [] for key in LOADERS}, {"-": "-", "new": "-", "warm": warm}
+        dirs |= {"first": "-", "first-new": "-"}
         for k in range(repeat):  # round robin: every row sees the same machine load
             for w, kind in LOADERS:  # a cold run: a new, empty cache_dir
                 cache = dirs.get(kind) or str(root / f"{w}-cold{k}")
                 env = {**os.environ, "XDG_CACHE_HOME": str(root / f"user{k}")}
+                text = NEW_TEXT if kind.endswith("new") else TEXT
                 runs[w, kind].append(
-                    run_child(["load", w, tmp, cache], env if kind == "first" else None)
+                    run_child(["load", w, tmp, cache, text], env if "first" in kind else None)
                 )
     median = {key: {m: statistics.median(r[m] for r in rs) for m in ("wall", "cpu")}
               for key, rs in runs.items()}  # fmt: skip
     print(f"{'files -> first encode':40} {'wall s':>7} {'x ref':>6} {'spread':>11} "
           f"{'CPU s':>7} {'x ref':>6}  same ids  reference")  # fmt: skip
     for key, name in LOADERS.items():
-        ref = (REFERENCE.get(key[0], "hf"), "-")
+        ref = (REFERENCE.get(key[0], "hf"), "new" if key[1].endswith("new") else "-")
         wall, cpu = median[key]["wall"], median[key]["cpu"]
         low, high = (f(r["wall"] for r in runs[key]) / median[ref]["wall"] for f in (min, max))
-        same = all(r["ids"] == runs["hf", "-"][0]["ids"] for r in runs[key])
+        same_as = runs["hf", "new" if key[1].endswith("new") else "-"][0]["ids"]
+        same = all(r["ids"] == same_as for r in runs[key])
         print(f"{name:40} {wall:7.3f} {wall / median[ref]['wall']:6.2f} {low:5.2f}-{high:<5.2f} "
               f"{cpu:7.3f} {cpu / median[ref]['cpu']:6.2f}  {same!s:8}  {LOADERS[ref].strip()}")  # fmt: skip
     print(f"({repeat} fresh processes per row, round robin; medians; spread: each run's wall "
@@ -318,7 +326,7 @@ def main() -> None:
             "small": lambda: child_small(int(rest[0])),
             "idle": lambda: {"wall": 0.0, "imported": bool(__import__("packlm.tokenizer"))},
             "encode": lambda: child_encode(rest[0], int(rest[1])),
-            "load": lambda: child_load(rest[0], rest[1], rest[2]),
+            "load": lambda: child_load(*rest),
         }
         print(json.dumps(jobs[job]()))
         return

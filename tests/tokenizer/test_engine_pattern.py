@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import regex
 
-from packlm.tokenizer import Tokenizer, engine_pattern, train_bpe_from_iterator
+from packlm.tokenizer import Tokenizer, encoder, engine_pattern, train_bpe_from_iterator
 from packlm.tokenizer.pretokenize import CL100K_PATTERN, GPT2_PATTERN
 
 CLASSES = [r"\p{L}", r"\p{N}", r"\s", r"\p{Ll}", r"\p{Lo}", r"\p{M}", r"\d", r"\w"]
@@ -167,3 +168,96 @@ def test_hf_json_without_tokenizers_keeps_the_pattern_and_says_so(small_tokenize
     split = spec["pre_tokenizer"]["pretokenizers"][0]
     assert split["pattern"]["Regex"] == small_tokenizer.pattern_regex
     assert "packlm[hf]" in caplog.text
+
+
+@pytest.fixture
+def empty_store(tmp_path, monkeypatch):
+    """A machine where no probe result is kept yet (for_engine's in-memory cache cleared)."""
+    engine_or_skip("tiktoken")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    engine_pattern.for_engine.cache_clear()
+    yield engine_pattern.store_dir()
+    engine_pattern.for_engine.cache_clear()
+
+
+def counting_probes(monkeypatch) -> list[str]:
+    """The patterns probed over all of Unicode from now on."""
+    probed, rewrite = [], engine_pattern._rewrite
+
+    def counted(pattern, engine):
+        probed.append(pattern)
+        return rewrite(pattern, engine)
+
+    monkeypatch.setattr(engine_pattern, "_rewrite", counted)
+    return probed
+
+
+def test_seen_characters_agree_exactly_where_the_probe_finds_no_difference():
+    engine_or_skip("tiktoken")
+    disputed = set(differing(r"\p{L}")) | set(differing(r"\p{N}")) | set(differing(r"\s"))
+    rng = np.random.default_rng(0)
+    every = engine_pattern._every_character()
+    seen = engine_pattern.SeenCharacters(GPT2_PATTERN, "tiktoken")
+    for _ in range(40):
+        text = "".join(every[i] for i in rng.integers(0, len(every), 300))
+        if disputed and rng.random() < 0.5:
+            text += rng.choice(sorted(disputed))
+        assert seen.agree(text) == (not set(text) & disputed)
+    assert seen.agreed.sum() > 0 and not seen.agreed[[ord(c) for c in disputed]].any()
+
+
+def test_a_first_load_on_a_machine_probes_only_when_a_text_needs_it(empty_store, monkeypatch,
+                                                                   small_vocab):  # fmt: skip
+    letters = differing(r"\p{L}")
+    if not letters:
+        pytest.skip("regex and tiktoken share the Unicode letters here")
+    probed = counting_probes(monkeypatch)
+    vocab, merges = small_vocab
+    tok, pure = (Tokenizer(vocab, merges, engine=e) for e in ("auto", "python"))
+    texts = [
+        "def f(x):\n    return x  # ASCII",
+        "naïve café — Straße, 東京 1½ ٣",
+        f"x{letters[0]}y",
+    ]
+    assert tok.encode(texts[0]) == pure.encode(texts[0])
+    assert tok.engine == "tiktoken" and probed == [] and not empty_store.exists()
+    assert tok.encode(texts[1]) == pure.encode(texts[1])  # new characters, classed alike
+    assert probed == [] and not empty_store.exists()
+    assert tok.encode(texts[2]) == pure.encode(texts[2])  # a letter tiktoken does not know
+    assert probed == [tok.pattern_regex] and len(list(empty_store.glob("*.json"))) == 1
+    assert [tok.encode(t) for t in texts] == [pure.encode(t) for t in texts]
+    again = Tokenizer(vocab, merges)  # a later load reads the kept result
+    assert again.encode(texts[2]) == pure.encode(texts[2]) and len(probed) == 1
+    assert not isinstance(again._encoder, encoder.CheckedTiktoken)
+
+
+def test_looking_up_more_characters_than_the_probe_costs_runs_the_probe(
+    empty_store, monkeypatch, small_vocab
+):
+    probed = counting_probes(monkeypatch)
+    monkeypatch.setattr(encoder, "LOOKUPS_BEFORE_PROBE", 200)
+    tok = Tokenizer(*small_vocab)
+    text = "café " * 30
+    tok.encode(text)
+    tok.encode("ASCII is not looked up " * 10)
+    assert probed == []  # 150 looked up
+    tok.encode(text)  # 300
+    assert probed == [tok.pattern_regex] and tok._encoder.final is not None
+    assert tok.encode(text) == Tokenizer(*small_vocab, engine="python").encode(text)
+
+
+def test_no_tiktoken_pattern_for_a_text_turns_to_the_python_engine(empty_store, monkeypatch,
+                                                                   small_vocab):  # fmt: skip
+    tok = Tokenizer(*small_vocab)
+    assert tok.encode("plain") and tok.engine == "tiktoken"
+    monkeypatch.setattr(encoder, "tiktoken_encoding", lambda *args: None)  # no pattern works
+    monkeypatch.setattr(encoder, "LOOKUPS_BEFORE_PROBE", 0)
+    assert tok.encode("café") == Tokenizer(*small_vocab, engine="python").encode("café")
+    assert tok.engine == "python"
+
+
+def test_engine_tiktoken_probes_at_the_first_encode(empty_store, monkeypatch, small_vocab):
+    probed = counting_probes(monkeypatch)
+    tok = Tokenizer(*small_vocab, engine="tiktoken")
+    tok.encode("ASCII only")
+    assert probed == [tok.pattern_regex] and tok.engine == "tiktoken"

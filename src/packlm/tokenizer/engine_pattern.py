@@ -8,18 +8,22 @@ split such text differently and give other ids.
 
 1. Find the character classes in the pattern (`\\p{..}`, `\\P{..}`, `\\s`, `\\d`, `\\w` and
    their negations).
-2. Match each against every Unicode scalar value in both engines (tiktoken: about 0.03 s;
-   tokenizers: about 1 s); the members of each, in code point order, are compared as strings.
-3. Rewrite each class whose members differ as a set expression, with the difference added
-   and taken away: `\\p{L}` -> `[\\p{L}\\x{88F}...&&[^...]]` (both engines read it).
+2. Find, over every Unicode scalar value, the characters the engine classes otherwise than
+   `regex`: the engine matches the negated class over `regex`'s members and the class over
+   the rest, so only the few in dispute come back as text.
+3. Rewrite each class with such characters as a set expression, the difference added and
+   taken away: `\\p{L}` -> `[\\p{L}\\x{88F}...&&[^...]]` (both engines read it).
 4. Match the rewritten classes again: the rewritten pattern is used only when every class
    now has exactly `regex`'s members.
 
-The probes take about 0.1 s a process (tokenizers: a few seconds), so each result is kept in
-`~/.cache/packlm/engine_patterns/` (`$XDG_CACHE_HOME` respected), one small JSON file per
-pattern, engine and installed versions of `regex` and the engine, whose Unicode tables are
-compiled into them; a file that does not name exactly these is recomputed. `original` undoes
-the rewrite, for a pattern read back from an exported file.
+The probe (`for_engine`) takes about 0.2 s for GPT-2's pattern in tiktoken (a few seconds in
+tokenizers), so each result is kept in `~/.cache/packlm/engine_patterns/` (`$XDG_CACHE_HOME`
+respected), one small JSON file per pattern, engine and installed versions of `regex` and the
+engine, whose Unicode tables are compiled into them; a file that does not name exactly these
+is recomputed. Until a result is kept, `SeenCharacters` does the same check on only the
+characters the texts bring, so a first load on a machine encodes at once (the encoder's
+`CheckedTiktoken`). `original` undoes the rewrite, for a pattern read back from an exported
+file.
 """
 
 from __future__ import annotations
@@ -47,10 +51,19 @@ _REWRITTEN = regex.compile(rf"\\\\|(?P<neg>\[\^)?{_FIXED}(?(neg)\])")
 
 
 @functools.cache
+def _every_point() -> np.ndarray:
+    """All Unicode scalar values (no surrogates), in order: 1,112,064 of them, as uint32."""
+    return np.r_[0:0xD800, 0xE000:0x110000].astype("<u4")
+
+
+@functools.cache
 def _every_character() -> str:
-    """All Unicode scalar values (no surrogates): 1,112,064 characters."""
-    points = np.r_[0:0xD800, 0xE000:0x110000].astype("<u4")
-    return points.tobytes().decode("utf-32-le")  # 5x faster than joining chr()s
+    """All Unicode scalar values as one string."""
+    return _every_point().tobytes().decode("utf-32-le")  # 5x faster than joining chr()s
+
+
+def _points(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
 
 
 @functools.cache
@@ -59,34 +72,52 @@ def _members_regex(cls: str) -> str:
     return "".join(regex.findall(f"(?:{cls})+", _every_character()))
 
 
-def _members_tiktoken(cls: str) -> str | None:
-    """The characters tiktoken's regex puts in `cls`, in code point order, or None when it
-    cannot compile it."""
+@functools.cache
+def _others_regex(cls: str) -> str:
+    """The characters `regex` leaves out of `cls`, in code point order."""
+    inside = np.zeros(0x110000, dtype=bool)
+    inside[_points(_members_regex(cls))] = True
+    every = _every_point()
+    return every[~inside[every]].tobytes().decode("utf-32-le")
+
+
+@functools.cache
+def _tiktoken_probe(cls: str):
+    """A tiktoken Encoding whose pre-tokens are runs of `cls` and whose tokens are bytes, or
+    None when tiktoken cannot compile the class."""
     import tiktoken
 
     try:
-        probe = tiktoken.Encoding("packlm-probe", pat_str=f"(?:{cls})+", mergeable_ranks=_BYTES,
-                                  special_tokens={})  # fmt: skip
+        return tiktoken.Encoding("packlm-probe", pat_str=f"(?:{cls})+", mergeable_ranks=_BYTES,
+                                 special_tokens={})  # fmt: skip
     except ValueError:
         return None
+
+
+def _members_tiktoken(cls: str, text: str | None = None) -> str | None:
+    """The characters of `text` (default: every character) tiktoken's regex puts in `cls`, in
+    their order, or None when it cannot compile it."""
+    probe = _tiktoken_probe(cls)
+    if probe is None:
+        return None
     # text no match covers is dropped: what comes back is the class's members
-    return bytes(probe.encode_ordinary(_every_character())).decode("utf-8")
+    return bytes(probe.encode_ordinary(_every_character() if text is None else text)).decode()
 
 
-def _members_hf(cls: str) -> str | None:
-    """The characters Hugging Face tokenizers' regex puts in `cls`, in code point order, or
-    None."""
+def _members_hf(cls: str, text: str | None = None) -> str | None:
+    """The characters of `text` (default: every character) Hugging Face tokenizers' regex
+    puts in `cls`, in their order, or None."""
     from tokenizers import Regex, pre_tokenizers
 
     try:
         split = pre_tokenizers.Split(Regex(f"(?:{cls})+"), behavior="removed")
     except Exception:  # tokenizers raises its own error type for a bad pattern
         return None
-    every, members, at = _every_character(), [], 0
-    for _, (start, end) in split.pre_tokenize_str(every):  # the text between matches
-        members.append(every[at:start])
+    text, members, at = _every_character() if text is None else text, [], 0
+    for _, (start, end) in split.pre_tokenize_str(text):  # the text between matches
+        members.append(text[at:start])
         at = end
-    return "".join(members) + every[at:]
+    return "".join(members) + text[at:]
 
 
 ENGINES = {"tiktoken": ("tiktoken", _members_tiktoken), "hf": ("tokenizers", _members_hf)}
@@ -104,32 +135,73 @@ def _ranges(chars: str) -> str:
     return "".join(out)
 
 
-def _difference(have: str, want: str) -> tuple[str, str]:
-    """(the characters of `want` not in `have`, those of `have` not in `want`): both hold
-    characters in code point order, each once."""
-    have_points, want_points = (
-        np.frombuffer(t.encode("utf-32-le"), dtype="<u4") for t in (have, want)
-    )
-    inside = np.zeros((2, 0x110000), dtype=bool)
-    inside[0, have_points], inside[1, want_points] = True, True
-    extra, gone = want_points[~inside[0, want_points]], have_points[~inside[1, have_points]]
-    return extra.tobytes().decode("utf-32-le"), gone.tobytes().decode("utf-32-le")
+def _disagreement(cls: str, engine: str, engine_cls: str) -> tuple[str, str] | None:
+    """(the members `regex` gives `cls` that `engine` leaves out of `engine_cls`, the
+    characters `engine` puts in `engine_cls` that `regex` leaves out of `cls`), over every
+    character; None when the engine cannot compile `engine_cls`. The engine matches the
+    negated class over `regex`'s members and the class over the rest, so only the few
+    characters in dispute come back (not the 140,000 letters of \\p{L})."""
+    members = ENGINES[engine][1]
+    missing = members(f"[^{engine_cls}]", _members_regex(cls))
+    surplus = members(engine_cls, _others_regex(cls))
+    return None if missing is None or surplus is None else (missing, surplus)
 
 
 @functools.cache
 def _aligned(cls: str, engine: str) -> str | None:
     """A class that has, in `engine`, `regex`'s members of the positive class `cls`; None
-    when the engine cannot compile it or no rewrite makes the members equal. Members are
-    compared as strings (sets of 140,000 letters took longer than matching them)."""
-    members = ENGINES[engine][1]
-    want, have = _members_regex(cls), members(cls)
-    if have is None:
+    when the engine cannot compile it or no rewrite makes the members equal."""
+    found = _disagreement(cls, engine, cls)
+    if found is None:
         return None
-    if have == want:
+    if found == ("", ""):
         return cls
-    extra, gone = _difference(have, want)
-    fixed = f"[{cls}{_ranges(extra)}" + (f"&&[^{_ranges(gone)}]]" if gone else "]")
-    return fixed if members(fixed) == want else None
+    missing, surplus = found
+    fixed = f"[{cls}{_ranges(missing)}" + (f"&&[^{_ranges(surplus)}]]" if surplus else "]")
+    return fixed if _disagreement(cls, engine, fixed) == ("", "") else None
+
+
+def _class_atoms(pattern: str):
+    """(match, positive class, negated) for each class escape in `pattern`: \\P{L} gives
+    \\p{L}, True; \\S gives \\s, True."""
+    for m in _ATOM.finditer(pattern):
+        if m.group(0) == "\\\\":
+            continue
+        if m.group(1):  # \p{X} / \P{X}
+            yield m, f"\\p{m.group(2)}", m.group(1) == "P"
+        else:  # \s \S \d \D \w \W
+            yield m, f"\\{m.group(3).lower()}", m.group(3).isupper()
+
+
+class SeenCharacters:
+    """The characters on which `engine` has been found to give every class of `pattern`
+    `regex`'s members: the probe of every character (`for_engine`), done a few characters
+    at a time on those the texts bring. A new character costs a match of the few new ones in
+    both engines; one already seen, a lookup in a table of all code points (1.1 MB)."""
+
+    def __init__(self, pattern: str, engine: str):
+        self.classes = list(dict.fromkeys(cls for _, cls, _ in _class_atoms(pattern)))
+        self.engine = engine
+        self.agreed = np.zeros(0x110000, dtype=bool)
+
+    def agree(self, text: str) -> bool | None:
+        """Whether the engine classes every character of `text` as `regex` does; None when
+        it cannot compile one of the classes."""
+        try:
+            points = _points(text)
+        except UnicodeEncodeError:  # a lone surrogate: tiktoken matches U+FFFD in its place
+            points = _points(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+        new = points[~self.agreed[points]]
+        if not len(new):
+            return True
+        new = np.unique(new)
+        chars = new.tobytes().decode("utf-32-le")
+        for cls in self.classes:
+            have = ENGINES[self.engine][1](cls, chars)
+            if have is None or have != "".join(regex.findall(f"(?:{cls})+", chars)):
+                return None if have is None else False
+        self.agreed[new] = True
+        return True
 
 
 CHECK_VERSION = 1
@@ -142,11 +214,8 @@ def store_dir() -> Path:
     return Path(home) / "packlm" / "engine_patterns"
 
 
-@functools.cache
-def for_engine(pattern: str, engine: str) -> str | None:
-    """`pattern` with each character class `engine` ("tiktoken" or "hf") would fill otherwise
-    rewritten to `regex`'s members (`pattern` itself when none differs); None when the
-    engine is not installed or that cannot be done. Kept on disk (`store_dir`)."""
+def _entry(pattern: str, engine: str) -> tuple[dict, Path] | None:
+    """(key, file) of `pattern`'s result for `engine`; None when the engine is not installed."""
     try:
         module = importlib.import_module(ENGINES[engine][0])
     except ImportError:
@@ -154,14 +223,39 @@ def for_engine(pattern: str, engine: str) -> str | None:
     key = {"check": CHECK_VERSION, "engine": engine, "pattern": pattern,
            "versions": {"regex": regex.__version__, module.__name__: module.__version__}}  # fmt: skip
     name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-    path = store_dir() / f"{name}.json"
+    return key, store_dir() / f"{name}.json"
+
+
+def _read(key: dict, path: Path) -> tuple[bool, str | None]:
     try:
         found = json.loads(path.read_text("utf-8"))
         if found["key"] == key and isinstance(found["rewritten"], str | None):
-            return found["rewritten"]
+            return True, found["rewritten"]
     except (OSError, ValueError, KeyError, TypeError):
         pass  # none yet, or unreadable: recomputed
+    return False, None
+
+
+def stored(pattern: str, engine: str) -> tuple[bool, str | None]:
+    """(True, `for_engine`'s result) when it is known without probing (kept on disk, or the
+    engine is not installed); else (False, None)."""
+    entry = _entry(pattern, engine)
+    return (True, None) if entry is None else _read(*entry)
+
+
+@functools.cache
+def for_engine(pattern: str, engine: str) -> str | None:
+    """`pattern` with each character class `engine` ("tiktoken" or "hf") would fill otherwise
+    rewritten to `regex`'s members (`pattern` itself when none differs); None when the
+    engine is not installed or that cannot be done. Kept on disk (`store_dir`)."""
+    entry = _entry(pattern, engine)
+    if entry is None:
+        return None
+    found, rewritten = _read(*entry)
+    if found:
+        return rewritten
     rewritten = _rewrite(pattern, engine)
+    key, path = entry
     with contextlib.suppress(OSError):  # a cache that cannot be written costs only time
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps({"key": key, "rewritten": rewritten}))
@@ -170,13 +264,7 @@ def for_engine(pattern: str, engine: str) -> str | None:
 
 def _rewrite(pattern: str, engine: str) -> str | None:
     out, last = [], 0
-    for m in _ATOM.finditer(pattern):
-        if m.group(0) == "\\\\":
-            continue
-        if m.group(1):  # \p{X} / \P{X}
-            positive, negated = f"\\p{m.group(2)}", m.group(1) == "P"
-        else:  # \s \S \d \D \w \W
-            positive, negated = f"\\{m.group(3).lower()}", m.group(3).isupper()
+    for m, positive, negated in _class_atoms(pattern):
         fixed = _aligned(positive, engine)
         if fixed is None:
             return None

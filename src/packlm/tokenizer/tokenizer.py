@@ -128,8 +128,10 @@ class Tokenizer:
         fast = None
         if self.engine_request != "python":
             ranks = self._tiktoken_ranks()
-            encoding = ranks and encoder.tiktoken_encoding(ranks, self.pattern_regex, "packlm")
-            fast = encoding.encode_ordinary if encoding else None
+            probe = self.engine_request == "tiktoken"  # an error now, not at some text
+            fast = ranks and encoder.tiktoken_encoder(
+                ranks, self.pattern_regex, self._python_encoder, probe
+            )
             if fast is None and self.engine_request == "tiktoken":
                 raise ValueError(
                     "engine='tiktoken': tiktoken is absent, cannot compile the "
@@ -163,6 +165,8 @@ class Tokenizer:
         """The engine in use: "tiktoken" or "python"."""
         if self._encoder is None:
             self._build_encoder()
+        if isinstance(self._encoder, encoder.CheckedTiktoken):  # may turn to Python at a text
+            return self._encoder.engine
         return self._engine
 
     def encode(self, text: str) -> list[int]:
