@@ -109,7 +109,8 @@ def run(name: str, overrides: list[str], args: argparse.Namespace) -> dict:
     out["cpu_s"] = round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 1)
     bpb = re.search(r"val/bpb ([0-9.]+)", done.stdout)
     fit = re.search(
-        r"trained (\d+) steps in \d+ s: ([\d,]+) supervised tokens \(([\d,]+) tok", done.stdout
+        r"trained (\d+) steps in \d+ s(?: \([^)]*\))?: ([\d,]+) supervised tokens \(([\d,]+) tok",
+        done.stdout,
     )
     if bpb is None or fit is None:
         out["error"] = (done.stdout + done.stderr)[-2000:]
