@@ -71,8 +71,10 @@ def main() -> None:
     print(f"{n} global batches of 32 x 1025 rows: plain plan {t_plain * 1e3 / n:.2f} ms/batch, "
           f"mixture {t_mix * 1e3 / n:.2f} ms/batch: {t_mix / t_plain:.2f}x")  # fmt: skip
 
-    small = np.concatenate([lengths[:200_000], [300, 500]]).astype(np.int64)
-    tiny = np.concatenate([np.repeat([0, 1], [150_000, 50_000]), [2, 2]]).astype(np.int32)
+    head = min(args.docs, 200_000)  # web and code: 3 : 1 of the first documents, math: two
+    small = np.concatenate([lengths[:head], [300, 500]]).astype(np.int64)
+    tiny = np.concatenate([np.repeat([0, 1], [head * 3 // 4, head - head * 3 // 4]), [2, 2]])
+    tiny = tiny.astype(np.int32)
     deep = streams(small, tiny, cfg, 32)
     first = cpu(lambda: deep.pieces(0, np.arange(32)))
     later = cpu(lambda: deep.pieces(20_000, np.arange(32)))
