@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import regex
 
-from packlm.tokenizer import Tokenizer, encoder, engine_pattern, train_bpe_from_iterator
+from packlm.tokenizer import Tokenizer, engine_pattern, tiktoken_engine, train_bpe_from_iterator
 from packlm.tokenizer.pretokenize import CL100K_PATTERN, GPT2_PATTERN
 
 CLASSES = [r"\p{L}", r"\p{N}", r"\s", r"\p{Ll}", r"\p{Lo}", r"\p{M}", r"\d", r"\w"]
@@ -228,14 +228,14 @@ def test_a_first_load_on_a_machine_probes_only_when_a_text_needs_it(empty_store,
     assert [tok.encode(t) for t in texts] == [pure.encode(t) for t in texts]
     again = Tokenizer(vocab, merges)  # a later load reads the kept result
     assert again.encode(texts[2]) == pure.encode(texts[2]) and len(probed) == 1
-    assert not isinstance(again._encoder, encoder.CheckedTiktoken)
+    assert not isinstance(again._encoder, tiktoken_engine.CheckedTiktoken)
 
 
 def test_looking_up_more_characters_than_the_probe_costs_runs_the_probe(
     empty_store, monkeypatch, small_vocab
 ):
     probed = counting_probes(monkeypatch)
-    monkeypatch.setattr(encoder, "LOOKUPS_BEFORE_PROBE", 200)
+    monkeypatch.setattr(tiktoken_engine, "LOOKUPS_BEFORE_PROBE", 200)
     tok = Tokenizer(*small_vocab)
     text = "café " * 30
     tok.encode(text)
@@ -250,8 +250,10 @@ def test_no_tiktoken_pattern_for_a_text_turns_to_the_python_engine(empty_store, 
                                                                    small_vocab):  # fmt: skip
     tok = Tokenizer(*small_vocab)
     assert tok.encode("plain") and tok.engine == "tiktoken"
-    monkeypatch.setattr(encoder, "tiktoken_encoding", lambda *args: None)  # no pattern works
-    monkeypatch.setattr(encoder, "LOOKUPS_BEFORE_PROBE", 0)
+    monkeypatch.setattr(
+        tiktoken_engine, "tiktoken_encoding", lambda *args: None
+    )  # no pattern works
+    monkeypatch.setattr(tiktoken_engine, "LOOKUPS_BEFORE_PROBE", 0)
     assert tok.encode("café") == Tokenizer(*small_vocab, engine="python").encode("café")
     assert tok.engine == "python"
 

@@ -21,9 +21,9 @@ tokenizers), so each result is kept in `~/.cache/packlm/engine_patterns/` (`$XDG
 respected), one small JSON file per pattern, engine and installed versions of `regex` and the
 engine, whose Unicode tables are compiled into them; a file that does not name exactly these
 is recomputed. Until a result is kept, `SeenCharacters` does the same check on only the
-characters the texts bring, so a first load on a machine encodes at once (the encoder's
-`CheckedTiktoken`). `original` undoes the rewrite, for a pattern read back from an exported
-file.
+characters the texts bring, so a first load on a machine encodes at once
+(`tiktoken_engine.CheckedTiktoken`). `original` undoes the rewrite, for a pattern read back
+from an exported file.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from packlm.tokenizer import encoder, formats
+from packlm.tokenizer import encoder, formats, tiktoken_engine
 from packlm.tokenizer.encoder import PythonEncoder, id_tables, tiktoken_ranks
 from packlm.tokenizer.pretokenize import (
     check_special_tokens,
@@ -129,7 +129,7 @@ class Tokenizer:
         if self.engine_request != "python":
             ranks = self._tiktoken_ranks()
             probe = self.engine_request == "tiktoken"  # an error now, not at some text
-            fast = ranks and encoder.tiktoken_encoder(
+            fast = ranks and tiktoken_engine.tiktoken_encoder(
                 ranks, self.pattern_regex, self._python_encoder, probe
             )
             if fast is None and self.engine_request == "tiktoken":
@@ -157,7 +157,7 @@ class Tokenizer:
         """A `tiktoken.Encoding` giving the same ids, special tokens included (as with any
         tiktoken Encoding, `encode(text, allowed_special="all")` is this `encode`)."""
         name = f"packlm-{self.digest()[:16]}"
-        return encoder.tiktoken_export(self._tiktoken_ranks(), self.pattern_regex, name,
+        return tiktoken_engine.tiktoken_export(self._tiktoken_ranks(), self.pattern_regex, name,
                                self.special_token_ids)  # fmt: skip
 
     @property
@@ -165,7 +165,9 @@ class Tokenizer:
         """The engine in use: "tiktoken" or "python"."""
         if self._encoder is None:
             self._build_encoder()
-        if isinstance(self._encoder, encoder.CheckedTiktoken):  # may turn to Python at a text
+        if isinstance(
+            self._encoder, tiktoken_engine.CheckedTiktoken
+        ):  # may turn to Python at a text
             return self._encoder.engine
         return self._engine
 
