@@ -146,7 +146,7 @@ def test_owner_liveness_sees_zombies_and_reused_pids():
     assert entry.owner_alive({"pid": me, "start": "1", "host": host}) is False  # pid reused
     assert entry.owner_alive({"pid": dead_pid(), "host": host}) is False
     zombie = subprocess.Popen(["true"])
-    time.sleep(0.3)  # exited, not reaped
+    os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
     assert entry.owner_alive({"pid": zombie.pid, "host": host}) is False
     zombie.wait()
     assert entry.owner_alive({"pid": me, "host": "elsewhere"}) is None
