@@ -4,16 +4,17 @@
 2. `pretokenize.py`: text -> pre-tokens by the GPT-2 style regex (with `regex`), cut at
    special tokens, which are never merged.
 3. `training/`: pre-token counts -> merges (C loop, Python fallback) -> a `Tokenizer`.
-4. `tokenizer.py` + `encoder.py`: `Tokenizer` encodes (through tiktoken with packlm's merges
-   when installed, else the Python encoder: the same ids) and decodes.
+4. `tokenizer.py` + `encoder.py` + `tiktoken_engine.py`: `Tokenizer` encodes (through tiktoken
+   with packlm's merges when installed and checked equivalent, else the Python encoder: the
+   same ids) and decodes; `engine_pattern.py` gives tiktoken the pattern `regex` splits by.
 5. `formats.py` / `hf.py`: GPT-2's vocab.json + merges.txt, packlm's saved directory, .tiktoken
-   ranks, Hugging Face tokenizer.json (export and import); `cache.load_path` picks the reader
+   ranks, Hugging Face tokenizer.json (export and import); `obtain.load_path` picks the reader
    for `tokenizer.path`.
    `loading.py` + `_load.c`: GPT-2 style files -> id tables and the tiktoken check in C
    (optional; anything unusual goes to the Python path, which names the bad entry).
-6. `cache.py`: `get_tokenizer` -> `tokenizer.path`, or the tokenizer trained on the training
-   documents, cached under `<cache_dir>/tokenizers/<digest>`; `with_tables` keeps what loading
-   files derives under `<cache_dir>/tokenizers/tables/<sha256 of the files>.npz`.
+6. `obtain.py`: `get_tokenizer` -> `tokenizer.path`, or the tokenizer trained on the training
+   documents, cached under `<cache_dir>/tokenizers/<digest>`; `tables.py`: `with_tables` keeps
+   what loading files derives under `<cache_dir>/tokenizers/tables/<sha256 of the files>.npz`.
 """
 
 from packlm.tokenizer.pretokenize import CL100K_PATTERN, GPT2_PATTERN
