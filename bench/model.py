@@ -10,7 +10,10 @@ At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one
    StepMetrics (eager, model.compile=true) against the same bare loops. The reference runs
    in float32, as nanoGPT's train.py does on any CPU; packlm in what trainer.precision=auto
    picks (32-true on a CPU), and both are also shown under bf16-mixed (with packlm's float32
-   attention), so the ratio of the recipe and of the model are apart.
+   attention), so the ratio of the recipe and of the model are apart. Two bounds, float32
+   with its matmuls computed in bf16 (`torch.set_float32_matmul_precision("medium")`, fast
+   where oneDNN has bf16 units, e.g. AMX): packlm's model, and nanoGPT's block attending by
+   the same matmul path; what separates them is the Llama block's elementwise work.
 2. Forward + backward with document masks vs is_causal (stream rows), with the additive
    float mask the model uses and with a bool mask; and the two CPU attention paths with
    document masks: matmul (what model.attention=auto takes up to T=64) vs SDPA's flash
@@ -123,14 +126,32 @@ class ReferenceBlock(nn.Module):
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))  # [B, T, C]
 
 
+class MatmulAttentionBlock(ReferenceBlock):
+    """nanoGPT's Block attending by packlm's matmul path (`model.attention=auto` at T <= 64),
+    not SDPA: a bound, what nanoGPT's design gets from bf16 matmuls (SDPA's flash kernel is
+    about 10x slower at T=64 under float32_matmul_precision=medium in torch 2.13)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = (
+            t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            for t in self.c_attn(self.ln_1(x)).split(C, dim=2)
+        )  # [B, H, T, D] each
+        y = masks.matmul_attention(q, k, v, None)  # causal
+        x = x + self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))  # [B, T, C]
+
+
 class ReferenceGPT(nn.Module):
     """nanoGPT's GPT at the same width, depth and vocabulary: what users compare with."""
+
+    block = ReferenceBlock
 
     def __init__(self, c: ModelConfig):
         super().__init__()
         self.wte = nn.Embedding(c.vocab_size, c.n_embd)
         self.wpe = nn.Embedding(c.context_length, c.n_embd)
-        self.blocks = nn.ModuleList(ReferenceBlock(c.n_embd, c.n_head) for _ in range(c.n_layer))
+        self.blocks = nn.ModuleList(self.block(c.n_embd, c.n_head) for _ in range(c.n_layer))
         self.ln_f = nn.LayerNorm(c.n_embd, bias=False)
         self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight
@@ -145,6 +166,10 @@ class ReferenceGPT(nn.Module):
         return self.lm_head(self.ln_f(x))  # [B, T, V]
 
 
+class MatmulAttentionGPT(ReferenceGPT):
+    block = MatmulAttentionBlock
+
+
 def seeded(model_class=Transformer, compile: bool = False) -> nn.Module:
     torch.manual_seed(0)
     model = model_class(ModelConfig(**CONFIG))
@@ -153,10 +178,16 @@ def seeded(model_class=Transformer, compile: bool = False) -> nn.Module:
 
 class BareLoop:
     """A model with AdamW + warmup/cosine, trained by a plain loop with packlm's math (sum CE /
-    supervised, clip 1.0); built once, so a compiled model compiles once for all repeats."""
+    supervised, clip 1.0); built once, so a compiled model compiles once for all repeats.
+    matmul_precision: torch.set_float32_matmul_precision's setting for its steps ("medium":
+    float32 matmuls computed in bf16 where oneDNN has fast bf16, e.g. AMX; else unchanged)."""
 
-    def __init__(self, model: nn.Module, stream: bool = False, bf16: bool = False):
+    def __init__(
+        self, model: nn.Module, stream: bool = False, bf16: bool = False,
+        matmul_precision: str = "highest",
+    ):  # fmt: skip
         self.model, self.stream, self.bf16 = model, stream, bf16
+        self.matmul_precision = matmul_precision
         self.params = params = list(model.parameters())
         self.opt = torch.optim.AdamW(
             [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
@@ -168,6 +199,10 @@ class BareLoop:
         )
 
     def __call__(self, batches, warmup: int) -> list[float]:
+        with matmul_precision(self.matmul_precision):
+            return self._steps(batches, warmup)
+
+    def _steps(self, batches, warmup: int) -> list[float]:
         stamps = []
         for batch in DataLoader(batches, batch_size=None):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):  # bf16-mixed
@@ -189,6 +224,16 @@ class BareLoop:
             self.opt.zero_grad(set_to_none=True)
             stamps.append(clock())
         return gaps(stamps, warmup)
+
+
+@contextmanager
+def matmul_precision(precision: str):
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 # --- 1. (cont.) Lightning ------------------------------------------------------------------------------
@@ -329,6 +374,9 @@ def main() -> None:
         "bare": BareLoop(seeded()),
         "bare bf16": BareLoop(seeded(), bf16=True),
         "bare stream": BareLoop(seeded(), stream=True, bf16=low),
+        # bounds: float32 with bf16 matmuls, packlm's model and nanoGPT's block (matmul path)
+        "bare bf16 matmuls": BareLoop(seeded(), matmul_precision="medium"),
+        "nanogpt bf16 matmuls": BareLoop(seeded(MatmulAttentionGPT), matmul_precision="medium"),
     }
     if args.compile:
         loops["bare compiled"] = BareLoop(seeded(compile=True), bf16=low)
@@ -388,6 +436,8 @@ def main() -> None:
         ("packlm bare, bf16-mixed / reference bf16-mixed, packlm's CPU rule", ratio("reference bf16", "bare bf16")),
         ("reference: bf16-mixed with packlm's CPU rule / float32 (tokens/s)", ratio("reference", "reference bf16")),
         (f"packlm bare, stream rows, {auto} / reference float32 (tokens/s)", ratio("reference", "bare stream")),
+        ("packlm bare, doc masks, float32, bf16 matmuls (medium) / reference", ratio("reference", "bare bf16 matmuls")),
+        ("bound: nanoGPT's block, matmul attention, bf16 matmuls / reference", ratio("reference", "nanogpt bf16 matmuls")),
     ]  # fmt: skip
     if args.compile:
         rows += [
