@@ -189,7 +189,7 @@ LOADERS = {  # (loader, cache_dir kind) -> row
     ("packlm-files", "warm"): WARM,
     ("packlm-files", "first"): "  no cache_dir, no engine_patterns store",
     ("hf", "new"): "tokenizers, a letter tiktoken lacks",
-    ("packlm-files", "first-new"): "  packlm, no store, that letter (probe)",
+    ("packlm-files", "first-new"): "  packlm, no store, that letter",
     ("packlm-saved", "-"): "packlm Tokenizer.load (saved dir)",
     ("packlm-saved", "cold"): COLD, ("packlm-saved", "warm"): WARM,
     ("hf-json", "-"): "tokenizers Tokenizer.from_file (.json)",
@@ -231,8 +231,8 @@ def load_table(repeat: int) -> None:
     library reading the same file). A "cold" run gets a new empty cache_dir; "warm" runs
     share one that a first load filled; a "first" run has no cache_dir and an empty user
     cache (`XDG_CACHE_HOME`): the first load on a machine, which checks the text's
-    characters in tiktoken (`engine_pattern.SeenCharacters`), and probes all of Unicode
-    when one is classed otherwise than in `regex` ("new": a text with such a letter). CPU
+    characters in tiktoken (`engine_pattern.SeenCharacters`) and fixes the pattern for one
+    classed otherwise than in `regex` ("new": a text with such a letter). CPU
     time is the child's own, steadier than wall time on a busy machine."""
     with tempfile.TemporaryDirectory() as tmp:
         root, warm = Path(tmp), str(Path(tmp) / "warm")

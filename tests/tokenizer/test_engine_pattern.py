@@ -192,24 +192,39 @@ def counting_probes(monkeypatch) -> list[str]:
     return probed
 
 
-def test_seen_characters_agree_exactly_where_the_probe_finds_no_difference():
+def test_seen_characters_find_the_probe_s_differences_among_the_characters_checked():
     engine_or_skip("tiktoken")
-    disputed = set(differing(r"\p{L}")) | set(differing(r"\p{N}")) | set(differing(r"\s"))
+    classes = [r"\p{L}", r"\p{N}", r"\s"]  # GPT-2's
+    differ = {cls: set(differing(cls)) for cls in classes}
+    disputed = set().union(*differ.values())
     rng = np.random.default_rng(0)
     every = engine_pattern._every_character()
     seen = engine_pattern.SeenCharacters(GPT2_PATTERN, "tiktoken")
+    checked: set[str] = set()
     for _ in range(40):
         text = "".join(every[i] for i in rng.integers(0, len(every), 300))
         if disputed and rng.random() < 0.5:
             text += rng.choice(sorted(disputed))
-        assert seen.agree(text) == (not set(text) & disputed)
-    assert seen.agreed.sum() > 0 and not seen.agreed[[ord(c) for c in disputed]].any()
+        new = set(text) - checked
+        assert seen.check(text) == (not new & disputed)  # False: new characters in dispute
+        checked |= new
+    assert {chr(c) for c in np.flatnonzero(seen.checked)} == checked
+    for cls in classes:  # what was found is what the probe of all of Unicode finds there
+        missing, surplus = set(seen.missing[cls]), set(seen.surplus[cls])
+        assert missing | surplus == differ[cls] & checked and not missing & surplus
+        assert missing <= regex_members(cls) and not surplus & regex_members(cls)
+    rewritten = seen.rewritten()  # splits every character checked as regex does
+    sample = "".join(sorted(checked)) + " a1 " + "".join(sorted(checked & disputed))
+    expected = regex.findall(GPT2_PATTERN, sample)
+    assert rust_split(rewritten, sample, expected) == expected
+    assert (rewritten == GPT2_PATTERN) == (not checked & disputed)
 
 
-def test_a_first_load_on_a_machine_probes_only_when_a_text_needs_it(empty_store, monkeypatch,
-                                                                   small_vocab):  # fmt: skip
+def test_a_first_load_on_a_machine_never_probes_all_of_unicode_for_a_few_texts(
+    empty_store, monkeypatch, small_vocab
+):
     letters = differing(r"\p{L}")
-    if not letters:
+    if len(letters) < 2:
         pytest.skip("regex and tiktoken share the Unicode letters here")
     probed = counting_probes(monkeypatch)
     vocab, merges = small_vocab
@@ -217,18 +232,40 @@ def test_a_first_load_on_a_machine_probes_only_when_a_text_needs_it(empty_store,
     texts = [
         "def f(x):\n    return x  # ASCII",
         "naïve café — Straße, 東京 1½ ٣",
-        f"x{letters[0]}y",
+        f"x{letters[0]}y",  # a letter tiktoken does not know: added to \p{L} in its pattern
+        f"{letters[-1]}{letters[0]} 12 and [{letters[-1]}]",  # another one
     ]
-    assert tok.encode(texts[0]) == pure.encode(texts[0])
-    assert tok.engine == "tiktoken" and probed == [] and not empty_store.exists()
-    assert tok.encode(texts[1]) == pure.encode(texts[1])  # new characters, classed alike
+    built = []
+    encoding = tiktoken_engine._encoding
+    monkeypatch.setattr(
+        tiktoken_engine, "_encoding", lambda *a: built.append(a[2]) or encoding(*a)
+    )
+    for i, text in enumerate(texts):
+        assert tok.encode(text) == pure.encode(text)
+        assert tok.engine == "tiktoken"
+        assert len(built) == [1, 1, 2, 3][i]  # built at the first text, again for each letter
     assert probed == [] and not empty_store.exists()
-    assert tok.encode(texts[2]) == pure.encode(texts[2])  # a letter tiktoken does not know
-    assert probed == [tok.pattern_regex] and len(list(empty_store.glob("*.json"))) == 1
+    first, last = (f"\\x{{{ord(c):X}}}" for c in (letters[0], letters[-1]))  # as written
+    assert first in built[1] and last in built[2] and last not in built[1]
     assert [tok.encode(t) for t in texts] == [pure.encode(t) for t in texts]
-    again = Tokenizer(vocab, merges)  # a later load reads the kept result
-    assert again.encode(texts[2]) == pure.encode(texts[2]) and len(probed) == 1
-    assert not isinstance(again._encoder, tiktoken_engine.CheckedTiktoken)
+    again = Tokenizer(vocab, merges)  # nothing kept: a later load checks its texts again
+    assert again.encode(texts[3]) == pure.encode(texts[3]) and probed == []
+    assert isinstance(again._encoder, tiktoken_engine.CheckedTiktoken)
+    assert len(built) == 4  # the first text with such letters: one build, not two
+
+
+def test_a_fixed_class_tiktoken_does_not_read_runs_the_probe(empty_store, monkeypatch,
+                                                             small_vocab):  # fmt: skip
+    letters = differing(r"\p{L}")
+    if not letters:
+        pytest.skip("regex and tiktoken share the Unicode letters here")
+    probed = counting_probes(monkeypatch)
+    tok = Tokenizer(*small_vocab)
+    assert tok.encode("plain") and probed == []
+    monkeypatch.setattr(engine_pattern.SeenCharacters, "rewritten", lambda self: None)
+    text = f"x{letters[0]}y"
+    assert tok.encode(text) == Tokenizer(*small_vocab, engine="python").encode(text)
+    assert probed == [tok.pattern_regex] and tok._encoder.final is not None
 
 
 def test_looking_up_more_characters_than_the_probe_costs_runs_the_probe(
@@ -244,6 +281,19 @@ def test_looking_up_more_characters_than_the_probe_costs_runs_the_probe(
     tok.encode(text)  # 300
     assert probed == [tok.pattern_regex] and tok._encoder.final is not None
     assert tok.encode(text) == Tokenizer(*small_vocab, engine="python").encode(text)
+
+
+def test_more_builds_than_the_probe_costs_run_the_probe(empty_store, monkeypatch, small_vocab):
+    letters = differing(r"\p{L}")
+    if len(letters) < 2:
+        pytest.skip("regex and tiktoken share the Unicode letters here")
+    probed = counting_probes(monkeypatch)
+    monkeypatch.setattr(tiktoken_engine, "BUILDS_BEFORE_PROBE", 2)
+    tok, pure = Tokenizer(*small_vocab), Tokenizer(*small_vocab, engine="python")
+    texts = ["plain", f"a{letters[0]}", f"b{letters[1]}"]  # builds 1, 2, then the probe
+    for text, probes in zip(texts, [0, 0, 1], strict=True):
+        assert tok.encode(text) == pure.encode(text) and len(probed) == probes
+    assert tok._encoder.final is not None and len(list(empty_store.glob("*.json"))) == 1
 
 
 def test_no_tiktoken_pattern_for_a_text_turns_to_the_python_engine(empty_store, monkeypatch,

@@ -34,6 +34,7 @@ import hashlib
 import importlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +148,14 @@ def _disagreement(cls: str, engine: str, engine_cls: str) -> tuple[str, str] | N
     return None if missing is None or surplus is None else (missing, surplus)
 
 
+def _fixed(cls: str, missing: str, surplus: str) -> str:
+    """`cls` with the characters `missing` added and `surplus` taken away, as a set expression
+    both engines read (`cls` itself when both are empty)."""
+    if not missing and not surplus:
+        return cls
+    return f"[{cls}{_ranges(missing)}" + (f"&&[^{_ranges(surplus)}]]" if surplus else "]")
+
+
 @functools.cache
 def _aligned(cls: str, engine: str) -> str | None:
     """A class that has, in `engine`, `regex`'s members of the positive class `cls`; None
@@ -156,8 +165,7 @@ def _aligned(cls: str, engine: str) -> str | None:
         return None
     if found == ("", ""):
         return cls
-    missing, surplus = found
-    fixed = f"[{cls}{_ranges(missing)}" + (f"&&[^{_ranges(surplus)}]]" if surplus else "]")
+    fixed = _fixed(cls, *found)
     return fixed if _disagreement(cls, engine, fixed) == ("", "") else None
 
 
@@ -174,35 +182,61 @@ def _class_atoms(pattern: str):
 
 
 class SeenCharacters:
-    """The characters on which `engine` has been found to give every class of `pattern`
-    `regex`'s members: the probe of every character (`for_engine`), done a few characters
-    at a time on those the texts bring. A new character costs a match of the few new ones in
-    both engines; one already seen, a lookup in a table of all code points (1.1 MB)."""
+    """The probe of every character (`for_engine`), done a few characters at a time on those
+    the texts bring: which characters have been checked, which of them `engine` classes
+    otherwise than `regex` in a class of `pattern`, and the pattern rewritten for those
+    (`rewritten`). A new character costs a match of the new ones in both engines; one already
+    checked, a lookup in a table of all code points (1.1 MB)."""
 
     def __init__(self, pattern: str, engine: str):
+        self.pattern = pattern
         self.classes = list(dict.fromkeys(cls for _, cls, _ in _class_atoms(pattern)))
         self.engine = engine
-        self.agreed = np.zeros(0x110000, dtype=bool)
+        self.checked = np.zeros(0x110000, dtype=bool)
+        self.missing = dict.fromkeys(self.classes, "")  # regex's members the engine leaves out
+        self.surplus = dict.fromkeys(self.classes, "")  # the engine's that regex leaves out
 
-    def agree(self, text: str) -> bool | None:
-        """Whether the engine classes every character of `text` as `regex` does; None when
-        it cannot compile one of the classes."""
+    def check(self, text: str) -> bool | None:
+        """Check the characters of `text` not checked before. True when the engine classes
+        each of them as `regex` does; False when it classes some otherwise (kept: `rewritten`
+        now fixes them); None when it cannot compile one of the classes."""
         try:
             points = _points(text)
         except UnicodeEncodeError:  # a lone surrogate: tiktoken matches U+FFFD in its place
             points = _points(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
-        new = points[~self.agreed[points]]
+        new = points[~self.checked[points]]
         if not len(new):
             return True
         new = np.sort(new)  # and unique: not np.unique, whose first call imports numpy.ma (10 ms)
         new = new[np.r_[True, new[1:] != new[:-1]]]
         chars = new.tobytes().decode("utf-32-le")
-        for cls in self.classes:
+        alike = True
+        for cls in self.classes:  # on new characters the fixed class is the class as written
             have = ENGINES[self.engine][1](cls, chars)
-            if have is None or have != "".join(regex.findall(f"(?:{cls})+", chars)):
-                return None if have is None else False
-        self.agreed[new] = True
-        return True
+            if have is None:
+                return None
+            want = "".join(regex.findall(f"(?:{cls})+", chars))
+            if have != want:
+                have, want = set(have), set(want)
+                self.missing[cls] += "".join(sorted(want - have))
+                self.surplus[cls] += "".join(sorted(have - want))
+                alike = False
+        self.checked[new] = True
+        return alike
+
+    def rewritten(self) -> str | None:
+        """The pattern with each class fixed for the characters found so far to be classed
+        otherwise (the pattern itself while none is); None when the engine does not read a
+        fixed class with `regex`'s members of every character checked."""
+        fixed = {cls: _fixed(cls, self.missing[cls], self.surplus[cls]) for cls in self.classes}
+        changed = [cls for cls in self.classes if fixed[cls] != cls]
+        if changed:
+            checked = np.flatnonzero(self.checked).astype("<u4").tobytes().decode("utf-32-le")
+            for cls in changed:
+                have = ENGINES[self.engine][1](fixed[cls], checked)
+                if have != "".join(regex.findall(f"(?:{cls})+", checked)):
+                    return None
+        return rewrite_classes(self.pattern, fixed.__getitem__)
 
 
 CHECK_VERSION = 1
@@ -264,13 +298,20 @@ def for_engine(pattern: str, engine: str) -> str | None:
 
 
 def _rewrite(pattern: str, engine: str) -> str | None:
+    """The probe of all of Unicode: `pattern` with every class aligned for `engine`."""
+    return rewrite_classes(pattern, lambda cls: _aligned(cls, engine))
+
+
+def rewrite_classes(pattern: str, fixed: Callable[[str], str | None]) -> str | None:
+    """`pattern` with each class escape replaced by `fixed` of its positive class (a negated
+    one as `[^...]` of it); None where `fixed` gives None."""
     out, last = [], 0
     for m, positive, negated in _class_atoms(pattern):
-        fixed = _aligned(positive, engine)
-        if fixed is None:
+        cls = fixed(positive)
+        if cls is None:
             return None
-        if fixed != positive:
-            out += [pattern[last : m.start()], f"[^{fixed}]" if negated else fixed]
+        if cls != positive:
+            out += [pattern[last : m.start()], f"[^{cls}]" if negated else cls]
             last = m.end()
     return "".join(out) + pattern[last:]
 
