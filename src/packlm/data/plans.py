@@ -30,7 +30,7 @@ from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.epoch import curriculum
 from packlm.data.epoch.mixture.allocation import Allocation
 from packlm.data.epoch.mixture.expected import MixtureRates, per_row_tokens, phase_table
-from packlm.data.epoch.mixture.streams import SourceStreams, source_plan
+from packlm.data.epoch.mixture.streams import SourceStreams, source_config, source_plan
 from packlm.data.epoch.order import directory_groups
 from packlm.data.epoch.plan import EpochPlan, build_plan
 from packlm.data.epoch.snap import ParagraphIndex
@@ -87,6 +87,7 @@ class EpochPlans:
         self._lengths: dict[str, np.ndarray] = {}
         self._plans: dict[tuple[str, int, int], EpochPlan] = {}
         self._streams: dict[tuple[int, int], SourceStreams] = {}  # a mixture's, per batch
+        self._source_configs: dict[int, DataConfig] = {}  # a mixture's, per source
         self._paragraph_index: ParagraphIndex | None = None  # a mixture's passes share it
         self.phases = curriculum.phases_of(self.data)  # one phase without data.curriculum
         self._stats: dict[tuple[str, int], dict[str, Any]] = {}  # the latest epoch's only
@@ -224,8 +225,10 @@ class EpochPlans:
                 lengths = self._lengths["train"]
                 self._paragraph_index = ParagraphIndex.of(starts, lengths, self.data.bos)
             paragraphs = self._paragraph_index
+        if source not in self._source_configs:
+            self._source_configs[source] = source_config(self.data, source)
         return source_plan(
-            self._lengths["train"], self.data, source, pass_, self._lengths[key],
+            self._lengths["train"], self._source_configs[source], pass_, self._lengths[key],
             self._doc_groups(store), paragraphs,
         )  # fmt: skip
 

@@ -14,7 +14,12 @@ import pytest
 from helpers.plans import config, loader_over, write_position_store
 from packlm.data.epoch.mixture.allocation import Allocation
 from packlm.data.epoch.mixture.sampler import MixtureSampler
-from packlm.data.epoch.mixture.streams import SourceStreams, source_plan, source_seed
+from packlm.data.epoch.mixture.streams import (
+    SourceStreams,
+    source_config,
+    source_plan,
+    source_seed,
+)
 from packlm.data.epoch.plan import build_plan
 from packlm.data.epoch.snap import ParagraphIndex
 from packlm.data.skip import StepSkips
@@ -48,7 +53,8 @@ def store(tmp_path_factory):
 def streams(cfg, rows):
     lengths = LENGTHS.astype(np.int64)
     docs = [np.flatnonzero(s == SOURCES) for s in range(3)]
-    plan_of = lambda s, p: source_plan(lengths, cfg, s, p, docs[s])  # noqa: E731
+    mine = [source_config(cfg, s) for s in range(len(docs))]
+    plan_of = lambda s, p: source_plan(lengths, mine[s], p, docs[s])  # noqa: E731
     return SourceStreams(plan_of, ["web", "code", "math"], Allocation.of(cfg, rows), cfg.seed)
 
 
@@ -108,11 +114,34 @@ def test_exact_resume_across_the_schedule_change_gives_the_uninterrupted_batches
     for _ in range(4):  # the change is at step 5 of the run: inside epoch 1's batches
         next(it)
     state = pickle.loads(pickle.dumps(first.state_dict()))
+    assert set(state["mixture_passes"]) == {"web", "code", "math"}
     fresh = loader(store, CFG, epoch=0, workers=2)
     fresh.load_state_dict(state)
     rest = [b["input_ids"] for b in fresh]
     assert len(rest) == len(full) - 4
     assert all((a == b).all() for a, b in zip(rest, full[4:], strict=True))
+
+
+def test_a_resume_deep_in_a_run_counts_no_pass_before_its_point():
+    """The checkpoint keeps where each source's stream is (`resume_point`): the resumed
+    run deals the same rows and builds only the passes from there on, not the hundreds a
+    small source went through before; a row before the point is still found, by counting."""
+    g, slots = 400, np.arange(4)
+    uninterrupted = streams(CFG, 4)
+    want = [uninterrupted.pieces(h, slots) for h in (g, g + 1)]
+    point = uninterrupted.resume_point(g)
+    assert point["math"][0] > 20  # math: 8 short documents, half of every batch since step 5
+    resumed, built = streams(CFG, 4), []
+    plan_of = resumed.plan_of
+    resumed.plan_of = lambda s, p: built.append((s, p)) or plan_of(s, p)
+    resumed.resume_from(pickle.loads(pickle.dumps(point)))
+    got = [resumed.pieces(h, slots) for h in (g, g + 1)]
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    assert resumed.epoch_batches() == uninterrupted.epoch_batches()  # pass 0's, built apart
+    for s, name in enumerate(["web", "code", "math"]):
+        passes = [p for t, p in built if t == s and p != 0]
+        assert all(p >= point[name][0] for p in passes) and len(passes) <= 3
+    assert np.array_equal(resumed.pieces(3, slots), uninterrupted.pieces(3, slots))
 
 
 @pytest.mark.parametrize(("before", "after"), [((2, 4), (1, 8)), ((1, 8), (4, 2))])
@@ -189,7 +218,9 @@ def test_a_pass_is_the_ordinary_plan_of_the_source_alone(case):
         seed = source_seed(cfg.seed, ["web", "code", "math"][s])
         weights = [float(k == s) for k in range(3)]
         for p in (0, 3):
-            mine = source_plan(lengths, cfg, s, p, np.flatnonzero(s == SOURCES), groups, index)
+            mine = source_plan(
+                lengths, source_config(cfg, s), p, np.flatnonzero(s == SOURCES), groups, index
+            )
             whole = build_plan(
                 lengths, replace(cfg, seed=seed), p, SOURCES, weights, groups, starts
             )
@@ -206,7 +237,7 @@ def test_a_pass_keeps_each_group_of_the_source_adjacent():
     cfg = replace(CFG, group_by="directory")
     groups, docs = np.arange(len(LENGTHS)) // 5, np.flatnonzero(SOURCES == 0)
     for p in range(3):
-        plan = source_plan(LENGTHS.astype(np.int64), cfg, 0, p, docs, groups)
+        plan = source_plan(LENGTHS.astype(np.int64), source_config(cfg, 0), p, docs, groups)
         seen = groups[plan.order]  # [n] group of each epoch document, in epoch order
         runs = seen[np.r_[True, seen[1:] != seen[:-1]]]
         assert len(runs) == len(set(runs.tolist())) == len(np.unique(groups[docs]))  # one run each
@@ -217,7 +248,8 @@ def test_a_source_without_documents_is_an_error_only_when_its_share_asks_for_row
     sources = np.asarray([0, 1])
     cfg = CFG
     docs = [np.flatnonzero(sources == s) for s in range(3)]
-    plan_of = lambda s, p: source_plan(lengths, cfg, s, p, docs[s])  # noqa: E731
+    mine = [source_config(cfg, s) for s in range(len(docs))]
+    plan_of = lambda s, p: source_plan(lengths, mine[s], p, docs[s])  # noqa: E731
     names = ["web", "code", "math"]
     idle = replace(cfg, mixture_schedule=[{"step": 0, "shares": {"web": 0.5, "code": 0.5}}])
     fine = SourceStreams(plan_of, names, Allocation.of(idle, 4), cfg.seed)

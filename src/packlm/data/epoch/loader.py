@@ -187,13 +187,18 @@ class PlanDataLoader(DataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         sampler: PlanSampler = self.sampler
-        return {
+        state = {
             **sampler.position.as_dict(),  # epoch, consumed, curriculum phase, tokens, batch
             "world_size": sampler.world_size,  # how the position was reached, for the log
             "batch_size": sampler.batch_size,
             "num_workers": self.num_workers,
             "plan_signature": self.signature,
         }
+        if isinstance(sampler, MixtureSampler):  # where each source's stream is at
+            at = sampler.position
+            g = sampler.global_batch(at.epoch, at.batch + at.dropped)  # the next one dealt
+            state["mixture_passes"] = sampler.streams.resume_point(g)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue at the saved global position, with this run's ranks, batch and workers.
@@ -212,6 +217,8 @@ class PlanDataLoader(DataLoader):
         consumed = int(state["consumed"])
         default_batch = -(-consumed // (saved_world * saved_batch))  # a state before curriculum
         check_step_skips(sampler, state, saved_world * saved_batch)
+        if isinstance(sampler, MixtureSampler) and "mixture_passes" in state:
+            sampler.streams.resume_from(state["mixture_passes"])  # no pass before it counted
         sampler.resume(
             Position(
                 int(state["epoch"]),

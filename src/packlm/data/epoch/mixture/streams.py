@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -37,23 +38,28 @@ def source_seed(seed: int, name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/{name}".encode()).digest()[:8], "little")
 
 
+def source_config(cfg: DataConfig, source: int) -> DataConfig:
+    """The plan config of one source's passes: data.* with the seed of (data.seed, its name).
+    Made once per source: each of its passes takes it (`source_plan`)."""
+    return replace(cfg, seed=source_seed(cfg.seed, mixture_names(cfg)[source]))
+
+
 def source_plan(
     doc_lengths: np.ndarray,
-    cfg: DataConfig,
-    source: int,
+    mine: DataConfig,
     pass_: int,
     docs: np.ndarray,
     doc_groups: np.ndarray | None = None,
     paragraphs: ParagraphIndex | None = None,
 ) -> EpochPlan:
     """Pass `pass_` of one source's stream: the ordinary plan (`build_plan`) over its
-    documents `docs` (int, ascending store indices) alone, seeded by (data.seed, its name).
+    documents `docs` (int, ascending store indices) alone, with `mine`, the source's
+    `source_config`.
 
     Built over the source's own lengths (the cost of a pass is the source's size, so a
     small source read thousands of times stays cheap), then put in store coordinates: the
     same plan as `build_plan` over the whole store with the other sources' weight 0.
     `paragraphs` (data.snap=paragraph): the store's, `ParagraphIndex.of` the whole store."""
-    mine = replace(cfg, seed=source_seed(cfg.seed, mixture_names(cfg)[source]))
     # the source's groups numbered 0.. among themselves (data.group_by=directory)
     groups = (
         None
@@ -84,7 +90,10 @@ class SourceStreams:
         self.names = names
         self.allocation = allocation
         self.seed = seed
-        self._counts: list[list[int]] = [[] for _ in names]  # samples of each pass so far
+        self._counts: list[list[int]] = [[] for _ in names]  # samples of each pass counted
+        self._first = [0] * len(names)  # the first pass counted (a resume's, `resume_from`)
+        self._start = [0] * len(names)  # the stream row where it starts
+        self._pass0: dict[int, int] = {}  # samples of pass 0, when counting starts later
         self._plans: dict[tuple[int, int], EpochPlan] = {}
 
     @property
@@ -101,11 +110,17 @@ class SourceStreams:
         return self._plans[key]
 
     def pass_samples(self, source: int, p: int) -> int:
-        """Samples of pass p of a source (its passes 0 .. p are counted once)."""
-        counts = self._counts[source]
-        while len(counts) <= p:
-            counts.append(self.plan(source, len(counts)).n_samples)
-        return counts[p]
+        """Samples of pass p of a source (the passes from the first counted to p, once)."""
+        counts, first = self._counts[source], self._first[source]
+        if p < first:  # before a resume's point: pass 0 (an epoch's length), else built again
+            if p != 0:
+                return self.plan(source, p).n_samples
+            if source not in self._pass0:
+                self._pass0[source] = self.plan(source, 0).n_samples
+            return self._pass0[source]
+        while len(counts) <= p - first:
+            counts.append(self.plan(source, first + len(counts)).n_samples)
+        return counts[p - first]
 
     def check(self) -> None:
         """Refuse, before training, a source that some step gives rows but has no sample."""
@@ -130,15 +145,39 @@ class SourceStreams:
         k = np.asarray(k, dtype=np.int64)
         if len(k) == 0:
             return k, k
-        counts, top = self._counts[source], int(k.max())
-        total = sum(counts)
+        if int(k.min()) < self._start[source]:  # before a resume's point: count from pass 0
+            self.resume_from({self.names[source]: [0, 0]})
+        counts, top, first = self._counts[source], int(k.max()), self._first[source]
+        total = self._start[source] + sum(counts)
         while not counts or total <= top:  # count the passes up to the furthest row
-            if self.pass_samples(source, len(counts)) == 0:
+            if self.pass_samples(source, first + len(counts)) == 0:
                 raise ConfigError(self._empty(source))
             total += counts[-1]
-        ends = np.cumsum(counts)  # [passes counted]
+        ends = self._start[source] + np.cumsum(counts)  # [passes counted]
         passes = np.searchsorted(ends, k, side="right")
-        return passes, k - (ends - np.asarray(counts))[passes]
+        return first + passes, k - (ends - np.asarray(counts))[passes]
+
+    def resume_point(self, g: int) -> dict[str, list[int]]:
+        """{source name: [pass, its first stream row]} of the pass holding each source's first
+        row of global batch g: what `resume_from` needs to deal g on without counting the
+        passes before it (a small source upsampled for long runs has hundreds of thousands)."""
+        rows = self.allocation.rows_before(np.asarray([g]))[0]  # [sources]
+        point = {}
+        for s, name in enumerate(self.names):
+            if self.allocation.shares[:, s].max() > 0:  # a source never dealt is not counted
+                p, at = self.locate(s, rows[s : s + 1])
+                point[name] = [int(p[0]), int(rows[s] - at[0])]
+        return point
+
+    def resume_from(self, point: dict[str, Any]) -> None:
+        """Count each named source's passes from [pass, its first stream row] on (a
+        checkpoint's `resume_point`); names not in this mixture are left out."""
+        for s, name in enumerate(self.names):
+            if name in point:
+                p, start = (int(v) for v in point[name])
+                if p < 0 or start < 0:
+                    raise ValueError(f"a mixture resume point names pass {p}, row {start}")
+                self._first[s], self._start[s], self._counts[s] = p, start, []
 
     def batch_sources(self, g: int) -> tuple[np.ndarray, np.ndarray]:
         """(source, stream row) of each of global batch g's B rows, in the batch's order."""
