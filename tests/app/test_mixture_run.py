@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from packlm.checkpoint.contents import read_checkpoint
 from packlm.commands.stats import statistics
+from packlm.commands.trace.own_store import loader_state
 from packlm.commands.trace.run import tracer_of
 from packlm.errors import ConfigError
 from packlm.train import train
@@ -60,12 +62,17 @@ def test_tensorboard_shows_realized_and_target_shares_and_stats_the_phases(
     # own stores, found through the checkpoint, not rebuilt in the default cache
     tracer = tracer_of(run / "checkpoints" / "last.ckpt")
     assert not any(elsewhere.iterdir())
+    # the checkpoint's resume point (each source's pass): the steps before it counted back
+    point = loader_state(read_checkpoint(run / "checkpoints" / "last.ckpt"))["mixture_passes"]
+    counted = tracer_of(run / "checkpoints" / "last.ckpt")
+    counted.streams.resume_from(dict.fromkeys(point, [0, 0]))  # every pass from the first
     for step in (3, 4):
         ((epoch, batch),) = tracer.step_batches(step)
         trace = tracer.batch(epoch, batch)
         rows = Counter(r["mixture"]["source"] for r in trace["rows"])
         assert rows == {k: v for k, v in trace["mixture_rows"].items() if v}
         assert trace["mixture_shares"]["small"] == (0.7 if step < 4 else 0.2)
+        assert trace["rows"] == counted.batch(epoch, batch)["rows"]
 
     out = statistics(compose_tiny(*mixture(tiny_corpus)))["mixture"]
     first, last = out["phases"]

@@ -125,7 +125,7 @@ def test_exact_resume_across_the_schedule_change_gives_the_uninterrupted_batches
 def test_a_resume_deep_in_a_run_counts_no_pass_before_its_point():
     """The checkpoint keeps where each source's stream is (`resume_point`): the resumed
     run deals the same rows and builds only the passes from there on, not the hundreds a
-    small source went through before; a row before the point is still found, by counting."""
+    small source went through before; a row before the point is found by counting back."""
     g, slots = 400, np.arange(4)
     uninterrupted = streams(CFG, 4)
     want = [uninterrupted.pieces(h, slots) for h in (g, g + 1)]
@@ -141,7 +141,12 @@ def test_a_resume_deep_in_a_run_counts_no_pass_before_its_point():
     for s, name in enumerate(["web", "code", "math"]):
         passes = [p for t, p in built if t == s and p != 0]
         assert all(p >= point[name][0] for p in passes) and len(passes) <= 3
-    assert np.array_equal(resumed.pieces(3, slots), uninterrupted.pieces(3, slots))
+    built.clear()  # batches before the point (a trace of the last steps trained): counted back
+    h = g - 20
+    assert uninterrupted.allocation.rows_before(np.asarray([h]))[0][2] < point["math"][1]
+    assert np.array_equal(resumed.pieces(h, slots), uninterrupted.pieces(h, slots))
+    assert 0 < len(built) <= 8 and min(p for _, p in built) >= point["math"][0] - 8
+    assert np.array_equal(resumed.pieces(3, slots), uninterrupted.pieces(3, slots))  # to pass 0
 
 
 @pytest.mark.parametrize(("before", "after"), [((2, 4), (1, 8)), ((1, 8), (4, 2))])

@@ -30,16 +30,20 @@ log = logging.getLogger(__name__)
 SHOWN = 5  # changed files named in the error
 
 
-def trained_store(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
-    """{documents, tokens, fingerprint} of the run's training store, from its loader state."""
+def loader_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The training loader's state (`PlanDataLoader.state_dict`) in a checkpoint, or {}."""
     loaders = (((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("state_dict") or {}).get(
         "combined_loader"
     ) or []
     for state in loaders if isinstance(loaders, list) else []:
-        store = (state or {}).get("plan_signature", {}).get("store")
-        if store:
-            return store
-    return None
+        if (state or {}).get("plan_signature", {}).get("store"):
+            return state
+    return {}
+
+
+def trained_store(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """{documents, tokens, fingerprint} of the run's training store, from its loader state."""
+    return loader_state(checkpoint).get("plan_signature", {}).get("store")
 
 
 def own_store(

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from packlm.cache import DEFAULT_CACHE_DIR
-from packlm.commands.trace.own_store import own_store, trained_store
+from packlm.commands.trace.own_store import loader_state, own_store, trained_store
 from packlm.commands.trace.tracer import Schedule, Tracer
 from packlm.data.plans import EpochPlans
 from packlm.errors import ConfigError
@@ -25,7 +25,7 @@ def tracer_of(path: str | Path, world_size: int | None = None) -> Tracer:
 
     register_configs()  # a saved config names packlm's resolvers (`${packlm.project_dir:}`)
     path = Path(path)
-    run_cfg, tokenizer, data, expected, trained = None, None, None, None, None
+    run_cfg, tokenizer, data, expected, trained, loader = None, None, None, None, None, {}
     if path.is_dir():
         saved = path / ".hydra" / "config.yaml"
         if not saved.is_file():
@@ -35,10 +35,12 @@ def tracer_of(path: str | Path, world_size: int | None = None) -> Tracer:
         if last.is_file():  # the store it trained on, its last step, its very tokenizer
             checkpoint = read_checkpoint(last)
             expected, trained = trained_store(checkpoint), checkpoint.get("global_step")
+            loader = loader_state(checkpoint)
             tokenizer = tok_of(checkpoint) if KEY in checkpoint else None
     elif path.is_file():
         checkpoint = read_checkpoint(path)
         expected, trained = trained_store(checkpoint), checkpoint.get("global_step")
+        loader = loader_state(checkpoint)
         extras = checkpoint.get(KEY) or {}
         if "data" not in extras:
             raise ConfigError(f"{path}: no packlm data config (not written by packlm's train.py)")
@@ -69,6 +71,8 @@ def tracer_of(path: str | Path, world_size: int | None = None) -> Tracer:
     )
     tracer = Tracer(plans, schedule)
     tracer.trained_steps = None if trained is None else int(trained)
+    if tracer.streams is not None and loader.get("mixture_passes"):  # counted back from there
+        tracer.streams.resume_from(loader["mixture_passes"])
     return tracer
 
 

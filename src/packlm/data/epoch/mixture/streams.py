@@ -112,7 +112,7 @@ class SourceStreams:
     def pass_samples(self, source: int, p: int) -> int:
         """Samples of pass p of a source (the passes from the first counted to p, once)."""
         counts, first = self._counts[source], self._first[source]
-        if p < first:  # before a resume's point: pass 0 (an epoch's length), else built again
+        if p < first:  # before a resume's point: pass 0 (an epoch's length), else built
             if p != 0:
                 return self.plan(source, p).n_samples
             if source not in self._pass0:
@@ -145,9 +145,14 @@ class SourceStreams:
         k = np.asarray(k, dtype=np.int64)
         if len(k) == 0:
             return k, k
-        if int(k.min()) < self._start[source]:  # before a resume's point: count from pass 0
-            self.resume_from({self.names[source]: [0, 0]})
-        counts, top, first = self._counts[source], int(k.max()), self._first[source]
+        counts = self._counts[source]
+        while int(k.min()) < self._start[source]:  # before a resume's point: count back to it
+            before = self._first[source] - 1  # pass_samples builds it apart (before the first)
+            if before < 0:
+                raise ValueError(f"{self.names[source]}: the resume point is past its stream")
+            counts.insert(0, self.pass_samples(source, before))
+            self._first[source], self._start[source] = before, self._start[source] - counts[0]
+        top, first = int(k.max()), self._first[source]
         total = self._start[source] + sum(counts)
         while not counts or total <= top:  # count the passes up to the furthest row
             if self.pass_samples(source, first + len(counts)) == 0:
@@ -160,7 +165,8 @@ class SourceStreams:
     def resume_point(self, g: int) -> dict[str, list[int]]:
         """{source name: [pass, its first stream row]} of the pass holding each source's first
         row of global batch g: what `resume_from` needs to deal g on without counting the
-        passes before it (a small source upsampled for long runs has hundreds of thousands)."""
+        passes before it (a small source upsampled for long runs has hundreds of thousands);
+        rows before it are found by counting back from it (a trace of the steps before)."""
         rows = self.allocation.rows_before(np.asarray([g]))[0]  # [sources]
         point = {}
         for s, name in enumerate(self.names):
@@ -175,8 +181,8 @@ class SourceStreams:
         for s, name in enumerate(self.names):
             if name in point:
                 p, start = (int(v) for v in point[name])
-                if p < 0 or start < 0:
-                    raise ValueError(f"a mixture resume point names pass {p}, row {start}")
+                if p < 0 or start < 0 or (p == 0) != (start == 0):
+                    raise ValueError(f"{name}: a mixture resume point at pass {p}, row {start}")
                 self._first[s], self._start[s], self._counts[s] = p, start, []
 
     def batch_sources(self, g: int) -> tuple[np.ndarray, np.ndarray]:
