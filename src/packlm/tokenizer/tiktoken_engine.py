@@ -71,9 +71,8 @@ class CheckedTiktoken:
     ranks; the first one is built after the first text is checked, so a first text with such
     a character costs one build, not two). More characters looked up than
     `LOOKUPS_BEFORE_PROBE`, more builds than `BUILDS_BEFORE_PROBE`, or a fixed class tiktoken
-    does not read as meant, runs the probe of
-    all of Unicode instead (`engine_pattern.for_engine`, kept on disk) and switches to its
-    pattern, or to the Python engine where none works."""
+    does not read as meant runs the probe of all of Unicode instead (`engine_pattern.for_engine`,
+    kept on disk) and switches to its pattern, or to the Python engine where none works."""
 
     def __init__(self, tiktoken, ranks: dict[bytes, int], pattern: str, python: Callable):
         self.tiktoken, self.ranks, self.pattern, self.python = tiktoken, ranks, pattern, python
@@ -86,7 +85,8 @@ class CheckedTiktoken:
 
     @property
     def engine(self) -> str:
-        """ "tiktoken", or "python" once no tiktoken pattern does (known after the first build)."""
+        """The engine in use: tiktoken, or Python once no tiktoken pattern does (known from
+        the first build on)."""
         if self.encode is None and self.final is None:
             self._check(ASCII)
         return self._engine
