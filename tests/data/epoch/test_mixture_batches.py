@@ -147,6 +147,13 @@ def test_a_resume_deep_in_a_run_counts_no_pass_before_its_point():
     assert np.array_equal(resumed.pieces(h, slots), uninterrupted.pieces(h, slots))
     assert 0 < len(built) <= 8 and min(p for _, p in built) >= point["math"][0] - 8
     assert np.array_equal(resumed.pieces(3, slots), uninterrupted.pieces(3, slots))  # to pass 0
+    for bad in ([0, 5], [-1, 0], [3, 0], "12", [1]):  # one line naming the entry, not a traceback
+        with pytest.raises(ConfigError, match=r"mixture_passes\['math'\]"):
+            streams(CFG, 4).resume_from({"math": bad})
+    beyond = streams(CFG, 4)  # pass 1 said to start far past what pass 0 holds
+    beyond.resume_from({"math": [1, 10_000]})
+    with pytest.raises(ConfigError, match="starts past the rows"):
+        beyond.locate(2, np.asarray([0]))
 
 
 @pytest.mark.parametrize(("before", "after"), [((2, 4), (1, 8)), ((1, 8), (4, 2))])

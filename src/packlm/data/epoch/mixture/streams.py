@@ -14,6 +14,7 @@ one pass over each source would take at its natural size.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable
 from dataclasses import replace
@@ -148,8 +149,11 @@ class SourceStreams:
         counts = self._counts[source]
         while int(k.min()) < self._start[source]:  # before a resume's point: count back to it
             before = self._first[source] - 1  # pass_samples builds it apart (before the first)
-            if before < 0:
-                raise ValueError(f"{self.names[source]}: the resume point is past its stream")
+            if before < 0:  # a resume point beyond the rows its passes hold
+                raise ConfigError(
+                    f"the checkpoint's loader state: mixture_passes[{self.names[source]!r}] "
+                    "starts past the rows of the passes before it"
+                )
             counts.insert(0, self.pass_samples(source, before))
             self._first[source], self._start[source] = before, self._start[source] - counts[0]
         top, first = int(k.max()), self._first[source]
@@ -179,11 +183,18 @@ class SourceStreams:
         """Count each named source's passes from [pass, its first stream row] on (a
         checkpoint's `resume_point`); names not in this mixture are left out."""
         for s, name in enumerate(self.names):
-            if name in point:
-                p, start = (int(v) for v in point[name])
-                if p < 0 or start < 0 or (p == 0) != (start == 0):
-                    raise ValueError(f"{name}: a mixture resume point at pass {p}, row {start}")
-                self._first[s], self._start[s], self._counts[s] = p, start, []
+            if name not in point:
+                continue
+            entry, p, start = point[name], -1, -1
+            if isinstance(entry, list | tuple) and len(entry) == 2:
+                with contextlib.suppress(TypeError, ValueError):
+                    p, start = int(entry[0]), int(entry[1])
+            if p < 0 or start < 0 or (p == 0) != (start == 0):
+                raise ConfigError(
+                    f"the checkpoint's loader state: mixture_passes[{name!r}] = {entry!r} "
+                    "is not [pass, its first stream row] (pass 0 starts at row 0)"
+                )
+            self._first[s], self._start[s], self._counts[s] = p, start, []
 
     def batch_sources(self, g: int) -> tuple[np.ndarray, np.ndarray]:
         """(source, stream row) of each of global batch g's B rows, in the batch's order."""
