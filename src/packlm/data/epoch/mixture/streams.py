@@ -147,15 +147,8 @@ class SourceStreams:
         if len(k) == 0:
             return k, k
         counts = self._counts[source]
-        while int(k.min()) < self._start[source]:  # before a resume's point: count back to it
-            before = self._first[source] - 1  # pass_samples builds it apart (before the first)
-            if before < 0:  # a resume point beyond the rows its passes hold
-                raise ConfigError(
-                    f"the checkpoint's loader state: mixture_passes[{self.names[source]!r}] "
-                    "starts past the rows of the passes before it"
-                )
-            counts.insert(0, self.pass_samples(source, before))
-            self._first[source], self._start[source] = before, self._start[source] - counts[0]
+        if int(k.min()) < self._start[source]:  # before a resume's point: count back to it
+            self._count_back(source, int(k.min()))
         top, first = int(k.max()), self._first[source]
         total = self._start[source] + sum(counts)
         while not counts or total <= top:  # count the passes up to the furthest row
@@ -165,6 +158,21 @@ class SourceStreams:
         ends = self._start[source] + np.cumsum(counts)  # [passes counted]
         passes = np.searchsorted(ends, k, side="right")
         return first + passes, k - (ends - np.asarray(counts))[passes]
+
+    def _count_back(self, source: int, row: int) -> None:
+        """Count the passes before the first counted, back to the one holding `row`."""
+        first, start, back = self._first[source], self._start[source], []
+        while row < start:
+            first -= 1  # before the first counted: pass_samples builds it apart
+            if first < 0:  # a resume point beyond the rows its passes hold
+                raise ConfigError(
+                    f"the checkpoint's loader state: mixture_passes[{self.names[source]!r}] "
+                    "starts past the rows of the passes before it"
+                )
+            back.append(self.pass_samples(source, first))
+            start -= back[-1]
+        self._counts[source][:0] = back[::-1]
+        self._first[source], self._start[source] = first, start
 
     def resume_point(self, g: int) -> dict[str, list[int]]:
         """{source name: [pass, its first stream row]} of the pass holding each source's first
