@@ -105,6 +105,8 @@ def gaps(stamps: list[float], warmup: int) -> list[float]:
 class ReferenceBlock(nn.Module):
     """nanoGPT's Block (bias=False): LayerNorm, causal self-attention, LayerNorm, GELU MLP 4x."""
 
+    mask = masks.AttentionMask(is_causal=True)  # is_causal SDPA
+
     def __init__(self, C: int, n_head: int):
         super().__init__()
         self.n_head = n_head
@@ -121,7 +123,7 @@ class ReferenceBlock(nn.Module):
         q, k, v = (
             t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2).to(dtype) for t in (q, k, v)
         )  # [B, H, T, D]
-        y = masks.attend(q, k, v, masks.AttentionMask(is_causal=True))  # is_causal SDPA
+        y = masks.attend(q, k, v, self.mask)  # [B, H, T, D]
         x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))  # [B, T, C]
 
@@ -131,15 +133,7 @@ class MatmulAttentionBlock(ReferenceBlock):
     not SDPA: a bound, what nanoGPT's design gets from bf16 matmuls (SDPA's flash kernel is
     about 10x slower at T=64 under float32_matmul_precision=medium in torch 2.13)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = (
-            t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-            for t in self.c_attn(self.ln_1(x)).split(C, dim=2)
-        )  # [B, H, T, D] each
-        y = masks.matmul_attention(q, k, v, None)  # causal
-        x = x + self.c_proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))  # [B, T, C]
+    mask = masks.AttentionMask(matmul=True)  # no dense mask: causal
 
 
 class ReferenceGPT(nn.Module):
