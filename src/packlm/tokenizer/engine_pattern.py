@@ -67,10 +67,15 @@ def _points(text: str) -> np.ndarray:
     return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
 
 
+def _in_regex(cls: str, text: str) -> str:
+    """The characters of `text` `regex` puts in `cls`, in their order."""
+    return "".join(regex.findall(f"(?:{cls})+", text))
+
+
 @functools.cache
 def _members_regex(cls: str) -> str:
     """The characters `regex` puts in `cls`, in code point order."""
-    return "".join(regex.findall(f"(?:{cls})+", _every_character()))
+    return _in_regex(cls, _every_character())
 
 
 @functools.cache
@@ -215,7 +220,7 @@ class SeenCharacters:
             have = ENGINES[self.engine][1](cls, chars)
             if have is None:
                 return None
-            want = "".join(regex.findall(f"(?:{cls})+", chars))
+            want = _in_regex(cls, chars)
             if have != want:
                 have, want = set(have), set(want)
                 self.missing[cls] += "".join(sorted(want - have))
@@ -234,7 +239,7 @@ class SeenCharacters:
             checked = np.flatnonzero(self.checked).astype("<u4").tobytes().decode("utf-32-le")
             for cls in changed:
                 have = ENGINES[self.engine][1](fixed[cls], checked)
-                if have != "".join(regex.findall(f"(?:{cls})+", checked)):
+                if have != _in_regex(cls, checked):
                     return None
         return rewrite_classes(self.pattern, fixed.__getitem__)
 
