@@ -9,8 +9,9 @@ sampler is timed (the document pieces of each global batch, what workers are sen
 process's CPU time. Reference: `PlanSampler` over the plan of all sources at their natural
 size, the same batches, in the same run. The resume: global batch 20,000 of the same
 schedule where the third source ("math", 50% from batch 200) is two documents (300 and 500
-tokens: one sample a pass): without the resume point a checkpoint keeps, every pass before it is counted first
-(~0.07 ms each), against placing global batch 0; with it, only the passes from there on.
+tokens: one sample a pass): without the resume point a checkpoint keeps, every pass before it
+is counted first (~0.07 ms each), against placing global batch 0; with it, only the passes from
+there on.
 """
 
 from __future__ import annotations
