@@ -30,6 +30,7 @@ def same_tables(a: Tokenizer, b: Tokenizer) -> None:
     assert a._merge_rows.tolist() == b._merge_rows.tolist() and a.merges == b.merges
     assert a.special_token_ids == b.special_token_ids and a.vocab == b.vocab
     assert a.digest() == b.digest() and a.engine == b.engine
+    assert a._tiktoken_ranks() == b._tiktoken_ranks()
     assert a.encode(TEXT) == b.encode(TEXT)
 
 
@@ -376,6 +377,9 @@ def test_tiktoken_file_gives_the_python_tables(small_tokenizer, tmp_path, monkey
         "gap": [*lines[:-1], lines[-1].split()[0] + f" {len(lines) + 3}"],
         "bad base64": ["QQ " + lines[0].split()[1], *lines[1:]],
         "no merge": [*lines, f"{base64.b64encode(b'zzqq').decode()} {len(lines)}"],
+        "a byte ranked last": [  # merged ranks no longer rise above every byte's: no ranks
+            f"{t.split()[0]} {i}" for i, t in enumerate([*lines[:65], *lines[66:], lines[65]])
+        ],
     }
     specials = {"special inside": ["<|endoftext|>", word]}
     taken, refused = set(), set()
@@ -395,5 +399,38 @@ def test_tiktoken_file_gives_the_python_tables(small_tokenizer, tmp_path, monkey
         if fast._merges is None:  # from the C tables
             taken.add(name)
         same_tables(fast, expected)
-    assert taken == {"plain", "shuffled"}
+    assert taken == {"plain", "shuffled", "a byte ranked last"}
     assert refused == {"gap", "bad base64", "no merge", "special inside"}
+
+
+def test_tiktoken_files_of_random_ranks_give_the_python_tables_and_check(tmp_path, monkeypatch):
+    """Over .tiktoken files of random tokens (each a merge of two lower ranks) of a few
+    letters, the C path's merges and tiktoken ranks (checked as the file is read) are the
+    Python path's, whose check runs merge-order BPE of every merged token; so are the ids of
+    texts of those letters."""
+    from packlm.tokenizer.obtain import load_path
+
+    engines = set()
+    for seed in range(40):
+        rng = random.Random(seed)
+        letters = rng.choice([b"ab", b"abc", b"abcd"])
+        ranks = {bytes([b]): b for b in range(256)}
+        while len(ranks) < 256 + 40:
+            token = bytes(rng.choice(letters) for _ in range(rng.randint(2, 7)))
+            if token not in ranks and len(formats._rank_bpe(ranks, token, len(ranks))) == 2:
+                ranks[token] = len(ranks)
+        tokens = list(ranks)
+        if seed % 4 == 0:  # a letter ranked last: no tiktoken ranks then
+            tokens.remove(letters[:1])
+            tokens.append(letters[:1])
+        path = tmp_path / f"{seed}.tiktoken"
+        path.write_text("".join(f"{base64.b64encode(t).decode()} {i}\n"
+                                for i, t in enumerate(tokens)), encoding="ascii")  # fmt: skip
+        load = lambda p=path: load_path(p, special_tokens=[EOT])  # noqa: E731
+        fast, slow = load(), python_path(monkeypatch, load)
+        assert fast._merges is None, seed  # from the C tables
+        same_tables(fast, slow)
+        text = "".join(rng.choice(letters.decode()) for _ in range(200))
+        assert fast.encode(text) == slow.encode(text), seed
+        engines.add(fast.engine)
+    assert engines == {"tiktoken", "python"}

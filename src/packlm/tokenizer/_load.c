@@ -7,7 +7,8 @@
    tiktoken_ranks(table, byte_ids, merge_ids, check_bpe) -> dict or None  (encoder's)
    serialize(table, indices=None) -> bytes            (formats.digest's length-prefixed tokens)
    split(blob, ends) -> list[bytes]                  (tables.py's tokens from their file)
-   tiktoken_file(data) -> (table, byte_ids, merge_ids as int32 bytes), or None (_load_tiktoken.c)
+   tiktoken_file(data) -> (table, byte_ids, merge_ids as int32 bytes, tiktoken_ranks' dict or
+                          None), or None (_load_tiktoken.c)
    json_model_spans(data) -> where a tokenizer.json's model.vocab and model.merges lie, or None
    json_merges(data) -> a tokenizer.json's merges as merges.txt's lines, or None
 
@@ -453,7 +454,7 @@ static PyMethodDef methods[] = {
     {"tiktoken_ranks", load_tiktoken_ranks, METH_VARARGS, "tiktoken's ranks giving these ids, or None"},
     {"serialize", load_serialize, METH_VARARGS, "length-prefixed tokens (of indices) for the digest"},
     {"tiktoken_file", load_tiktoken_file, METH_VARARGS,
-     ".tiktoken bytes -> (table, byte ids, merges) or None"},
+     ".tiktoken bytes -> (table, byte ids, merges, ranks or None) or None"},
     {"split", load_split, METH_VARARGS, "blob, int64 ends -> the tokens (tables.py's file)"},
     {"join", load_join, METH_VARARGS, "the tokens -> blob, int64 ends (split's inverse)"},
     {"json_model_spans", json_model_spans, METH_VARARGS,

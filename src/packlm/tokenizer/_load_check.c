@@ -104,6 +104,19 @@ static int merges_stay_whole(const Pairs *pairs, const int32_t *byte_id, const i
     return 1;
 }
 
+/* {token bytes: id} of the bytes, then of the merged tokens in merge order: tiktoken's ranks. */
+PyObject *rank_dict(PyObject *table, const int32_t *byte_id, const int32_t *rows,
+                    Py_ssize_t count) {
+    PyObject *dict = PyDict_New();
+    for (Py_ssize_t k = 0; dict && k < 256 + count; k++) {
+        int32_t id = k < 256 ? byte_id[k] : rows[3 * (k - 256) + 2];
+        PyObject *value = PyLong_FromLong(id);
+        if (!value || PyDict_SetItem(dict, PyList_GET_ITEM(table, id), value) < 0) Py_CLEAR(dict);
+        Py_XDECREF(value);
+    }
+    return dict;
+}
+
 PyObject *load_tiktoken_ranks(PyObject *self, PyObject *args) {
     PyObject *table, *byte_list;
     Py_buffer buf;
@@ -166,13 +179,7 @@ done:
         PyBuffer_Release(&buf);
         Py_RETURN_NONE;
     }
-    PyObject *dict = PyDict_New(); /* token bytes -> id: the bytes, then merge order */
-    for (Py_ssize_t k = 0; dict && k < 256 + count; k++) {
-        int32_t id = k < 256 ? byte_id[k] : rows[3 * (k - 256) + 2];
-        PyObject *value = PyLong_FromLong(id);
-        if (!value || PyDict_SetItem(dict, PyList_GET_ITEM(table, id), value) < 0) Py_CLEAR(dict);
-        Py_XDECREF(value);
-    }
+    PyObject *dict = rank_dict(table, byte_id, rows, count);
     PyBuffer_Release(&buf);
     return dict;
 bad:

@@ -1,7 +1,8 @@
 /* _load_tiktoken.c: a .tiktoken ranks file ("base64(token) rank" lines) -> the tokens in rank
-   order, the id of each byte and the merge of each longer token, as formats.read_tiktoken +
-   encoder.id_tables find them in Python (the oracle the tests compare against); None for
-   anything unusual, which the Python path reads or names. See _load.c. */
+   order, the id of each byte, the merge of each longer token and tiktoken's ranks where they
+   pass the check, as formats.read_tiktoken + encoder.id_tables + encoder.tiktoken_ranks find
+   them in Python (the oracle the tests compare against); None for anything unusual, which the
+   Python path reads or names. See _load.c. */
 #include "_load_tokens.h"
 
 static int8_t B64[256]; /* base64 character -> its 6 bits, -1 outside the alphabet */
@@ -35,35 +36,64 @@ static Py_ssize_t b64_decode(const uint8_t *p, Py_ssize_t n, uint8_t *out) {
     return m;
 }
 
+/* The tokens by their bytes: those of one or two bytes in direct tables (every BPE starts
+   from the bytes and looks up each pair of them), longer ones hashed. */
+typedef struct {
+    Tokens hashed;
+    int32_t *short_ids; /* [256 + 65536]: the rank of (b0) at b0, of (b0, b1) at 256 + ..; -1 */
+} Ranks;
+
+static inline int32_t *short_slot(Ranks *t, const char *p, Py_ssize_t n) {
+    return n == 1 ? t->short_ids + (uint8_t)p[0] : t->short_ids + 256 + ((uint8_t)p[0] << 8 | (uint8_t)p[1]);
+}
+
+/* The rank of the token p[:n], or -1; with `add` >= 0, an absent token is added as that. */
+static int32_t ranks_find(Ranks *t, const char *p, Py_ssize_t n, int32_t add) {
+    if (n > 2) return tokens_find(&t->hashed, p, n, add);
+    int32_t *slot = short_slot(t, p, n), found = *slot;
+    if (found < 0 && add >= 0) *slot = add;
+    return found;
+}
+
 /* The rank of parts k and k + 1 joined, if a token below `limit`, else INT32_MAX. */
-static int32_t joined(Tokens *ranks, const char *p, const Py_ssize_t *start, Py_ssize_t k,
+static int32_t joined(Ranks *ranks, const char *p, const Py_ssize_t *start, Py_ssize_t k,
                       int32_t limit) {
-    int32_t r = tokens_find(ranks, p + start[k], start[k + 2] - start[k], -1);
+    int32_t r = ranks_find(ranks, p + start[k], start[k + 2] - start[k], -1);
     return r >= 0 && r < limit ? r : INT32_MAX;
 }
 
 /* tiktoken's BPE of token p[:n] with only ranks below `limit` (formats._rank_bpe): the
    lowest-ranked adjacent pair merged, the leftmost of equals, until none is below `limit`.
    Where it ends in two parts, their ids go to left/right and 1 is returned. A pair's rank
-   is looked up when the pair appears. `start` has room for n + 1 offsets, `rank` for n. */
-static int last_merge(Tokens *ranks, const char *p, Py_ssize_t n, int32_t limit,
-                      Py_ssize_t *start, int32_t *rank, int32_t *left, int32_t *right) {
+   is looked up when the pair appears. `start` has room for n + 1 offsets, `rank` and `id`
+   (each part's id: its byte's, then the rank it was merged as) for n. *recorded becomes 0
+   where a step joins two parts that are not the recorded merge of what they make (rows,
+   the row of each rank at row_at: all of them below `limit` are known). */
+static int last_merge(Ranks *ranks, const char *p, Py_ssize_t n, int32_t limit,
+                      Py_ssize_t *start, int32_t *rank, int32_t *id, int32_t *left,
+                      int32_t *right, const int32_t *rows, const int32_t *row_at,
+                      int *recorded) {
     Py_ssize_t parts = n; /* part k: p[start[k]:start[k+1]]; rank[k]: parts k, k + 1 */
     for (Py_ssize_t k = 0; k <= n; k++) start[k] = k;
+    for (Py_ssize_t k = 0; k < n; k++) id[k] = ranks->short_ids[(uint8_t)p[k]];
     for (Py_ssize_t k = 0; k + 1 < n; k++) rank[k] = joined(ranks, p, start, k, limit);
     while (parts > 1) {
         Py_ssize_t at = 0;
         for (Py_ssize_t k = 1; k + 1 < parts; k++)
             if (rank[k] < rank[at]) at = k;
         if (rank[at] == INT32_MAX) break;
+        const int32_t *made = rows + 3 * row_at[rank[at]];
+        if (made[0] != id[at] || made[1] != id[at + 1]) *recorded = 0;
+        id[at] = rank[at];
         memmove(start + at + 1, start + at + 2, (parts - at - 1) * sizeof(Py_ssize_t));
+        memmove(id + at + 1, id + at + 2, (parts - at - 2) * sizeof(int32_t));
         if (parts - at - 3 > 0) memmove(rank + at + 1, rank + at + 2, (parts - at - 3) * sizeof(int32_t));
         parts--;
         if (at > 0) rank[at - 1] = joined(ranks, p, start, at - 1, limit);
         if (at + 1 < parts) rank[at] = joined(ranks, p, start, at, limit);
     }
     if (parts != 2) return 0;
-    *left = tokens_find(ranks, p, start[1], -1), *right = tokens_find(ranks, p + start[1], n - start[1], -1);
+    *left = id[0], *right = id[1];
     return 1;
 }
 
@@ -76,12 +106,15 @@ PyObject *load_tiktoken_file(PyObject *self, PyObject *args) {
     for (const uint8_t *c = p; (c = memchr(c, '\n', p + n - c)); c++) lines++;
     uint8_t *arena = malloc(n + 1);
     Py_ssize_t *off = malloc(lines * sizeof(Py_ssize_t) + 1), *start = NULL;
-    int32_t *rank = NULL;
+    int32_t *rank = NULL, *id = NULL, *row_at = malloc(lines * sizeof(int32_t) + 1);
+    int recorded = 1; /* every step of every token's BPE joins a recorded merge (below) */
     int32_t *rows = malloc(3 * lines * sizeof(int32_t) + 1), *at_rank = malloc(lines * sizeof(int32_t) + 1);
-    PyObject *result = Py_None, *table = NULL, *byte_ids = NULL, *rows_bytes = NULL;
+    PyObject *result = Py_None, *table = NULL, *byte_ids = NULL, *rows_bytes = NULL, *tiktoken = NULL;
     Py_ssize_t merges = 0, used = 0;
-    Tokens ranks = {0};
-    if (!arena || !off || !rows || !at_rank || tokens_init(&ranks, lines) < 0) goto nomem;
+    Ranks ranks = {{0}, malloc((256 + 65536) * sizeof(int32_t))};
+    if (!arena || !off || !rows || !at_rank || !row_at || !ranks.short_ids || tokens_init(&ranks.hashed, lines) < 0)
+        goto nomem;
+    memset(ranks.short_ids, 0xff, (256 + 65536) * sizeof(int32_t));
     for (Py_ssize_t k = 0; k < lines; k++) at_rank[k] = -1;
     for (Py_ssize_t i = 0; i < n;) { /* "token rank\n" lines: each rank once, 0..count-1 */
         const uint8_t *end = memchr(p + i, '\n', n - i), *space;
@@ -95,7 +128,7 @@ PyObject *load_tiktoken_file(PyObject *self, PyObject *args) {
             rank = rank * 10 + (*d - '0');
         }
         if (rank >= lines || at_rank[rank] >= 0) goto done;
-        if (tokens_find(&ranks, (char *)arena + used, len, (int32_t)rank) >= 0) goto done; /* twice */
+        if (ranks_find(&ranks, (char *)arena + used, len, (int32_t)rank) >= 0) goto done; /* twice */
         at_rank[rank] = (int32_t)count, off[count++] = used, used += len;
         longest = len > longest ? len : longest;
         i = stop + 1;
@@ -103,7 +136,8 @@ PyObject *load_tiktoken_file(PyObject *self, PyObject *args) {
     for (Py_ssize_t r = 0; r < count; r++)
         if (at_rank[r] < 0) goto done; /* a gap */
     start = malloc((longest + 1) * sizeof(Py_ssize_t)), rank = malloc(longest * sizeof(int32_t));
-    if (!start || !rank) goto nomem;
+    id = malloc(longest * sizeof(int32_t));
+    if (!start || !rank || !id) goto nomem;
     if (!(table = PyList_New(count))) goto fail;
     for (Py_ssize_t r = 0; r < count; r++) {
         Py_ssize_t k = at_rank[r], len = (k + 1 < count ? off[k + 1] : used) - off[k];
@@ -112,19 +146,32 @@ PyObject *load_tiktoken_file(PyObject *self, PyObject *args) {
         if (!b) goto fail;
         PyList_SET_ITEM(table, r, b);
         if (len == 1) continue;
+        row_at[r] = (int32_t)merges;
         int32_t *row = rows + 3 * merges++;
-        if (!last_merge(&ranks, token, len, (int32_t)r, start, rank, row, row + 1)) goto done;
+        if (!last_merge(&ranks, token, len, (int32_t)r, start, rank, id, row, row + 1, rows, row_at,
+                        &recorded))
+            goto done;
         row[2] = (int32_t)r;
     }
     if (!(byte_ids = PyList_New(256))) goto fail;
+    int32_t *byte_id = ranks.short_ids, last_byte = -1;
     for (int b = 0; b < 256; b++) {
-        char c = (char)b;
-        int32_t id = tokens_find(&ranks, &c, 1, -1);
-        if (id < 0) goto done; /* every byte needs an id */
-        PyList_SET_ITEM(byte_ids, b, PyLong_FromLong(id));
+        if (byte_id[b] < 0) goto done; /* every byte needs an id */
+        PyList_SET_ITEM(byte_ids, b, PyLong_FromLong(byte_id[b]));
+        last_byte = byte_id[b] > last_byte ? byte_id[b] : last_byte;
     }
     if (!(rows_bytes = PyBytes_FromStringAndSize((char *)rows, 3 * merges * sizeof(int32_t)))) goto fail;
-    result = Py_BuildValue("(OOO)", table, byte_ids, rows_bytes);
+    /* The tiktoken check (encoder.tiktoken_ranks): merged ids rise (they are the ranks) above
+       every byte's, no token twice (refused above), and every merged token encodes to itself
+       in merge-order BPE. That last holds where each step of every token's BPE above joined
+       the recorded merge of what it made (a step joining a span of the token's bytes into
+       one token runs as that token's own BPE did, which its merge records): merge-order
+       BPE, whose pairs are among those tiktoken's BPE may join, ranked alike, then takes the
+       same steps, and joins the two parts left by the token's own merge. */
+    if (!recorded) goto done; /* never seen: the Python path checks the slow way */
+    int whole = merges == 0 || rows[2] > last_byte;
+    if (!(tiktoken = whole ? rank_dict(table, byte_id, rows, merges) : Py_NewRef(Py_None))) goto fail;
+    result = Py_BuildValue("(OOOO)", table, byte_ids, rows_bytes, tiktoken);
     goto out;
 done:
     Py_INCREF(result);
@@ -134,8 +181,9 @@ nomem:
 fail:
     result = NULL;
 out:
-    Py_XDECREF(table), Py_XDECREF(byte_ids), Py_XDECREF(rows_bytes);
-    free(arena), free(off), free(rows), free(at_rank), free(start), free(rank), tokens_free(&ranks);
+    Py_XDECREF(table), Py_XDECREF(byte_ids), Py_XDECREF(rows_bytes), Py_XDECREF(tiktoken);
+    free(arena), free(off), free(rows), free(at_rank), free(start), free(rank), free(id), free(row_at);
+    free(ranks.short_ids), tokens_free(&ranks.hashed);
     PyBuffer_Release(&buf);
     return result;
 }

@@ -54,6 +54,7 @@ static inline int32_t tokens_find(Tokens *t, const char *p, Py_ssize_t n, int32_
     return -1;
 }
 
+PyObject *rank_dict(PyObject *table, const int32_t *byte_id, const int32_t *rows, Py_ssize_t count);
 PyObject *load_tiktoken_ranks(PyObject *self, PyObject *args);
 PyObject *load_serialize(PyObject *self, PyObject *args);
 PyObject *load_split(PyObject *self, PyObject *args);

@@ -120,8 +120,9 @@ def cut_tokenizer_json(data: bytes) -> tuple[bytes, memoryview, bytes] | None:
 
 def tiktoken_tables(path: str | os.PathLike, special_tokens: list[str]) -> dict | None:
     """What `Tokenizer._from_tables` takes from a .tiktoken ranks file, each merge recovered
-    in C as `formats.read_tiktoken` does it; None for anything unusual (or a special token
-    already among the ranks): the Python path then reads it, or names what is wrong."""
+    in C as `formats.read_tiktoken` does it, with tiktoken's ranks where they pass the check
+    (`encoder.tiktoken_ranks`; {} where none can); None for anything unusual (or a special
+    token already among the ranks): the Python path then reads it, or names what is wrong."""
     if _load is None:
         return None
     try:
@@ -131,14 +132,16 @@ def tiktoken_tables(path: str | os.PathLike, special_tokens: list[str]) -> dict 
         return None
     if found is None:
         return None
-    table, byte_ids, rows = found
+    table, byte_ids, rows, ranks = found
     specials = {s: len(table) + k for k, s in enumerate(special_tokens)}
     special_bytes = [s.encode("utf-8") for s in special_tokens]
-    if any(token in table for token in special_bytes):  # a scan: no set of 50,000 tokens
+    among = ranks or table  # the dict where there is one: no scan of 50,000 tokens
+    if any(token in among for token in special_bytes):
         return None
     table += special_bytes
     return {"table": table, "byte_ids": byte_ids, "special_token_ids": specials,
-            "merge_ids": np.frombuffer(rows, dtype=np.int32).reshape(-1, 3)}  # fmt: skip
+            "merge_ids": np.frombuffer(rows, dtype=np.int32).reshape(-1, 3),
+            "tiktoken_ranks": ranks or {}}  # fmt: skip
 
 
 def tiktoken_ranks(table: list[bytes], byte_ids: list[int], merge_ids, check_bpe: bool):

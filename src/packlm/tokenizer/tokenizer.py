@@ -83,7 +83,9 @@ class Tokenizer:
         self._merges = self._merge_list = None
         self._start()
         self._digest = tables.get("digest")
-        if tables.get("tiktoken") is not None:
+        if "tiktoken_ranks" in tables:  # checked as the file was read (loading.tiktoken_tables)
+            self._ranks = tables["tiktoken_ranks"]
+        elif tables.get("tiktoken") is not None:
             self._ranks = encoder.rank_table(self._table, self._byte_ids, self._merge_array)
             self._ranks = self._ranks if tables["tiktoken"] else {}
         return self
