@@ -117,6 +117,28 @@ def test_c_check_agrees_with_bpe_of_every_merged_token():
     assert outcomes == {True, False}
 
 
+def test_c_check_refuses_a_token_twice_or_ids_that_do_not_rise(monkeypatch):
+    """Tables no ranks can serve (a merged token twice, one equal to a byte, merged ids not
+    rising above every byte's) get no ranks in C, as in Python; the plain tables get them."""
+    table = [bytes([i]) for i in range(256)]
+    cases = {
+        "plain": (table + [b"ab", b"abc"], [(97, 98, 256), (256, 99, 257)]),
+        "a token twice": (table + [b"ab", b"ab"], [(97, 98, 256), (97, 98, 257)]),
+        "a byte again": (table + [b"ab", b"a"], [(97, 98, 256), (97, 98, 257)]),
+        "not rising": (table + [b"ab", b"abc"], [(256, 99, 257), (97, 98, 256)]),
+        "below a byte": ([b"ab", *table[1:], b"\0"], [(97, 98, 0)]),
+    }
+    for name, (tokens, rows) in cases.items():
+        byte_ids = [256 if b == 0 and name == "below a byte" else b for b in range(256)]
+        merge_rows = np.array(rows, dtype=np.int32)
+        fast = encoder.tiktoken_ranks(tokens, merge_rows, byte_ids, None)
+        with monkeypatch.context() as m:
+            m.setattr(loading, "_load", None)
+            slow = encoder.tiktoken_ranks(tokens, merge_rows, byte_ids, None)
+        assert fast == slow, name
+        assert (fast is not None) == (name == "plain"), name
+
+
 def test_c_serialization_is_the_digest_bytes(small_tokenizer):
     table = small_tokenizer._table
     assert loading.serialized(table) == b"".join(len(t).to_bytes(4, "little") + t for t in table)

@@ -118,9 +118,9 @@ PyObject *rank_dict(PyObject *table, const int32_t *byte_id, const int32_t *rows
 }
 
 PyObject *load_tiktoken_ranks(PyObject *self, PyObject *args) {
-    PyObject *table, *byte_list;
+    PyObject *table, *byte_list, *dict = NULL;
     Py_buffer buf;
-    int check_bpe, ok = 0;
+    int check_bpe;
     if (!PyArg_ParseTuple(args, "O!O!y*p", &PyList_Type, &table, &PyList_Type, &byte_list, &buf,
                           &check_bpe))
         return NULL;
@@ -128,41 +128,33 @@ PyObject *load_tiktoken_ranks(PyObject *self, PyObject *args) {
     Py_ssize_t count = buf.len / (3 * sizeof(int32_t)), size = PyList_GET_SIZE(table), longest = 1;
     int32_t byte_id[256], last = -1, *ids = NULL, *left = NULL, *right = NULL;
     Pairs pairs = {0};
-    Tokens ranks = {0};
     uint64_t cap = 16;
     while (cap < 2 * (uint64_t)count + 16) cap *= 2;
     pairs.slot = calloc(cap, sizeof(PairSlot)), pairs.mask = cap - 1;
-    if (!pairs.slot || tokens_init(&ranks, count + 256) < 0) {
-        PyErr_NoMemory();
-        goto out;
-    }
+    if (!pairs.slot) goto nomem;
     if (PyList_GET_SIZE(byte_list) != 256 || buf.len % (3 * sizeof(int32_t))) goto bad;
     for (int b = 0; b < 256; b++) {
         long id = PyLong_AsLong(PyList_GET_ITEM(byte_list, b));
         if (id < 0 || id >= size || !PyBytes_Check(PyList_GET_ITEM(table, id))) goto bad;
         byte_id[b] = (int32_t)id, last = id > last ? (int32_t)id : last;
-        PyObject *t = PyList_GET_ITEM(table, id);
-        tokens_find(&ranks, PyBytes_AS_STRING(t), PyBytes_GET_SIZE(t), (int32_t)id);
     }
-    for (Py_ssize_t k = 0; k < count; k++) { /* ids rise in merge order, no token twice */
+    for (Py_ssize_t k = 0; k < count; k++) { /* ids rise in merge order */
         const int32_t *r = rows + 3 * k;
         if (r[0] < 0 || r[1] < 0 || r[2] >= size || r[0] >= size || r[1] >= size) goto bad;
         PyObject *t = PyList_GET_ITEM(table, r[2]);
         if (!PyBytes_Check(t)) goto bad;
-        if (r[2] <= last || tokens_find(&ranks, PyBytes_AS_STRING(t), PyBytes_GET_SIZE(t), r[2]) >= 0)
-            goto done;
+        if (r[2] <= last) goto none;
         last = r[2], longest = PyBytes_GET_SIZE(t) > longest ? PyBytes_GET_SIZE(t) : longest;
         uint64_t h = pairs_slot(&pairs, (((uint64_t)r[0] << 32) | (uint32_t)r[1]) + 1);
         if (!pairs.slot[h].key) /* a later duplicate pair never applies */
             pairs.slot[h] = (PairSlot){(((uint64_t)r[0] << 32) | (uint32_t)r[1]) + 1, (int32_t)k, r[2]};
     }
+    if (!(dict = rank_dict(table, byte_id, rows, count))) goto out;
+    if (PyDict_GET_SIZE(dict) != 256 + count) goto none; /* a token twice */
     if (check_bpe) {
         left = malloc(size * sizeof(int32_t) + 1), right = malloc(size * sizeof(int32_t) + 1);
         ids = malloc(longest * sizeof(int32_t));
-        if (!left || !right || !ids) {
-            PyErr_NoMemory();
-            goto out;
-        }
+        if (!left || !right || !ids) goto nomem;
         int whole = merges_stay_whole(&pairs, byte_id, rows, count, size, left, right);
         for (Py_ssize_t k = 0; whole < 0 && k < count; k++) { /* BPE of each merged token */
             PyObject *t = PyList_GET_ITEM(table, rows[3 * k + 2]);
@@ -170,24 +162,23 @@ PyObject *load_tiktoken_ranks(PyObject *self, PyObject *args) {
                             rows[3 * k + 2], ids))
                 whole = 0;
         }
-        if (!whole) goto done;
+        if (!whole) goto none;
     }
-    ok = 1;
-done:
-    free(pairs.slot), free(ids), free(left), free(right), tokens_free(&ranks);
-    if (!ok) {
-        PyBuffer_Release(&buf);
-        Py_RETURN_NONE;
-    }
-    PyObject *dict = rank_dict(table, byte_id, rows, count);
-    PyBuffer_Release(&buf);
-    return dict;
+    goto out;
+none:
+    Py_XDECREF(dict);
+    dict = Py_NewRef(Py_None);
+    goto out;
 bad:
     PyErr_SetString(PyExc_ValueError, "tiktoken_ranks: tables out of range");
+    goto out;
+nomem:
+    PyErr_NoMemory();
 out:
-    free(pairs.slot), free(ids), free(left), free(right), tokens_free(&ranks);
+    if (PyErr_Occurred()) Py_CLEAR(dict);
+    free(pairs.slot), free(ids), free(left), free(right);
     PyBuffer_Release(&buf);
-    return NULL;
+    return dict;
 }
 
 /* ---- the digest's serialization -------------------------------------------------------- */
