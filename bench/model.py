@@ -17,8 +17,10 @@ At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one
 2. Forward + backward with document masks vs is_causal (stream rows), with the additive
    float mask the model uses and with a bool mask; and the two CPU attention paths with
    document masks: matmul (what model.attention=auto takes up to T=64) vs SDPA's flash
-   kernel, at T=64 and T=256; and LitCausalLM's loss at the default config's shape (2 x 128,
-   vocab 4096, 32 x 128 tokens; in auto's precision) through the chunked head
+   kernel, at T=64 and T=256, and at T=256 under float32 matmul precision "medium" (auto
+   takes matmul up to T=512 there: SDPA's flash kernel is slow under it); and LitCausalLM's
+   loss at the default config's shape (2 x 128, vocab 4096, 32 x 128 tokens; in auto's
+   precision) through the chunked head
    (fused.linear_cross_entropy, what the eager CPU step takes for logits this large) vs
    logits + F.cross_entropy. GPU figures: bench/gpu.py.
 Every contender runs with glibc's malloc thresholds set as `train.keep_freed_memory=true` sets
@@ -230,6 +232,12 @@ def matmul_precision(precision: str):
         torch.set_float32_matmul_precision(before)
 
 
+def under(precision: str, run, *args):
+    """run(*args) under torch.set_float32_matmul_precision(precision)."""
+    with matmul_precision(precision):
+        return run(*args)
+
+
 # --- 1. (cont.) Lightning ------------------------------------------------------------------------------
 
 
@@ -392,6 +400,9 @@ def main() -> None:
         "float256": lambda: forward_backward(long_packed, warmup, long_config),
         "sdpa": lambda: forward_backward(packed, warmup, dict(CONFIG, attention="sdpa")),
         "matmul256": lambda: forward_backward(long_packed, warmup, dict(long_config, attention="matmul")),
+        "auto256 medium": lambda: under("medium", forward_backward, long_packed, warmup, long_config),
+        "sdpa256 medium": lambda: under("medium", forward_backward, long_packed, warmup,
+                                        dict(long_config, attention="sdpa")),
     }  # fmt: skip
     if args.compile:
         contenders["lightning compiled"] = partial(
@@ -446,6 +457,7 @@ def main() -> None:
         ("T=256 fwd+bwd: block-diag float mask / is_causal", ratio("float256", "causal256")),
         ("T=64 fwd+bwd, doc masks: matmul attention (auto) / SDPA flash (time)", ratio("float", "sdpa")),
         ("T=256 fwd+bwd, doc masks: matmul / SDPA flash (auto) (time)", ratio("matmul256", "float256")),
+        ("the same, matmul precision medium: SDPA flash / matmul (auto) (time)", ratio("sdpa256 medium", "auto256 medium")),
         (f"default config's loss fwd+bwd (4096x4096 logits), {auto}: chunked head / logits (time)", ratio("head chunked", "head logits")),
     ]  # fmt: skip
     print(

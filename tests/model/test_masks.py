@@ -102,6 +102,22 @@ def test_resolve_backend():
     assert masks.resolve_backend("sdpa", torch.device("cuda")) == "sdpa"
 
 
+def test_resolve_backend_under_medium_float32_matmul_precision():
+    """Under "medium" (SDPA's CPU flash kernel slow), auto attends by matmul on CPU up to
+    MATMUL_MAX_T_MEDIUM tokens; "high" and "highest" keep MATMUL_MAX_T; an asked backend stays."""
+    cpu, before = torch.device("cpu"), torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        assert masks.resolve_backend("auto", cpu, masks.MATMUL_MAX_T + 1) == "matmul"
+        assert masks.resolve_backend("auto", cpu, masks.MATMUL_MAX_T_MEDIUM) == "matmul"
+        assert masks.resolve_backend("auto", cpu, masks.MATMUL_MAX_T_MEDIUM + 1) == "sdpa"
+        assert masks.resolve_backend("sdpa", cpu, 16) == "sdpa"
+        torch.set_float32_matmul_precision("high")
+        assert masks.resolve_backend("auto", cpu, masks.MATMUL_MAX_T + 1) == "sdpa"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
 def test_matmul_attention_matches_sdpa_forward_and_backward(dtype):
     """Packed rows with PAD and stream rows: the matmul backend computes SDPA's function."""

@@ -237,9 +237,7 @@ def test_a_first_load_on_a_machine_never_probes_all_of_unicode_for_a_few_texts(
     ]
     built = []
     encoding = tiktoken_engine._encoding
-    monkeypatch.setattr(
-        tiktoken_engine, "_encoding", lambda *a: built.append(a[2]) or encoding(*a)
-    )
+    monkeypatch.setattr(tiktoken_engine, "_encoding", lambda *a: built.append(a[2]) or encoding(*a))
     for i, text in enumerate(texts):
         assert tok.encode(text) == pure.encode(text)
         assert tok.engine == "tiktoken"

@@ -43,7 +43,8 @@ class ModelConfig(ConfigGroup):
     """Base of the rotary position embedding frequencies."""
     attention: str = "auto"
     """auto (FlexAttention on CUDA; on CPU matmul for rows of up to 64 tokens, where it is
-    faster, else SDPA), sdpa (dense mask), flex (FlexAttention; compiled on CUDA; on CPU torch
+    faster, or of up to 512 under torch.set_float32_matmul_precision("medium"), which slows
+    SDPA's CPU kernel, else SDPA), sdpa (dense mask), flex (FlexAttention; compiled on CUDA; on CPU torch
     only has a slow forward-only reference, for tests), matmul (two batched matmuls and a
     softmax; memory grows with T^2)."""
     loss_weighting: str = "token"

@@ -99,14 +99,25 @@ class AttentionMask:
 # T=128 and 1.1-1.4x at T=256 (bench/model.py's attention rows time the whole model).
 MATMUL_MAX_T = 64
 
+# The same under torch.set_float32_matmul_precision("medium") (float32 matmuls in bf16, fast
+# where oneDNN has bf16 units), which slows SDPA's CPU flash kernel to about 11 ms a forward +
+# backward whatever the size (torch 2.13, [B, 6, T, 32], document masks): 9.9x matmul
+# attention's time at T=64, 2.8x at 256, 1.2x at 512, 0.5x at 768 (bench/model.py).
+MATMUL_MAX_T_MEDIUM = 512
+
 
 def resolve_backend(attention: str, device: torch.device, T: int | None = None) -> str:
     """auto -> flex on CUDA (compiled kernels exist there); on CPU matmul for rows of at most
-    MATMUL_MAX_T tokens, sdpa for longer ones (and elsewhere)."""
+    MATMUL_MAX_T tokens (MATMUL_MAX_T_MEDIUM under float32 matmul precision "medium"), sdpa
+    for longer ones (and elsewhere)."""
     if attention == "auto":
         if device.type == "cuda" and flex_attention is not None:
             return "flex"
-        if device.type == "cpu" and T is not None and T <= MATMUL_MAX_T:
+        medium = (  # read in eager only: a compiled graph would break on it
+            not torch.compiler.is_compiling() and torch.get_float32_matmul_precision() == "medium"
+        )
+        limit = MATMUL_MAX_T_MEDIUM if medium else MATMUL_MAX_T
+        if device.type == "cpu" and T is not None and limit >= T:  # rows of at most `limit`
             return "matmul"
         return "sdpa"
     return attention
