@@ -11,7 +11,8 @@ size, the same batches, in the same run. The resume: global batch 20,000 of the 
 schedule where the third source ("math", 50% from batch 200) is two documents (300 and 500
 tokens: one sample a pass): without the resume point a checkpoint keeps, every pass before it
 is counted first (~0.07 ms each), against placing global batch 0; with it, only the passes from
-there on.
+there on; and a trace of an early and a late batch from that point (counted on from pass 0,
+or back from the point, whichever is fewer passes).
 """
 
 from __future__ import annotations
@@ -89,6 +90,16 @@ def main() -> None:
     same = np.array_equal(resumed.pieces(20_000, np.arange(32)), deep.pieces(20_000, np.arange(32)))
     print(f"the same resume from the checkpoint's resume point {point['math']}: {kept:.3f} s CPU "
           f"({kept / first:.1f}x batch 0; the same rows: {same})")  # fmt: skip
+    for batch in (300, 19_990):  # a trace from the checkpoint: an early step, a late one
+        traced = streams(small, tiny, cfg, 32)
+        traced.resume_from(point)
+        took = cpu(lambda b=batch, t=traced: t.pieces(b, np.arange(32)))
+        same = np.array_equal(
+            traced.pieces(batch, np.arange(32)), deep.pieces(batch, np.arange(32))
+        )
+        how = "on from pass 0" if traced._first[2] == 0 else "back from the point"
+        print(f"a trace of global batch {batch:,} from that point (counted {how}): {took:.3f} s "
+              f"CPU (the same rows: {same})")  # fmt: skip
 
 
 if __name__ == "__main__":

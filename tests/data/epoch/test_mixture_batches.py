@@ -146,14 +146,17 @@ def test_a_resume_deep_in_a_run_counts_no_pass_before_its_point():
     assert uninterrupted.allocation.rows_before(np.asarray([h]))[0][2] < point["math"][1]
     assert np.array_equal(resumed.pieces(h, slots), uninterrupted.pieces(h, slots))
     assert 0 < len(built) <= 8 and min(p for _, p in built) >= point["math"][0] - 8
-    assert np.array_equal(resumed.pieces(3, slots), uninterrupted.pieces(3, slots))  # to pass 0
+    built.clear()  # an early batch (math's pass 0): counted on from pass 0, not back
+    assert np.array_equal(resumed.pieces(6, slots), uninterrupted.pieces(6, slots))
+    assert (2, 0) in built and all(p <= 2 for _, p in built)
     for bad in ([0, 5], [-1, 0], [3, 0], "12", [1]):  # one line naming the entry, not a traceback
         with pytest.raises(ConfigError, match=r"mixture_passes\['math'\]"):
             streams(CFG, 4).resume_from({"math": bad})
     beyond = streams(CFG, 4)  # pass 1 said to start far past what pass 0 holds
     beyond.resume_from({"math": [1, 10_000]})
+    before_pass0 = 10_000 - beyond.pass_samples(2, 0) - 1  # counted back past pass 0
     with pytest.raises(ConfigError, match="starts past the rows"):
-        beyond.locate(2, np.asarray([0]))
+        beyond.locate(2, np.asarray([before_pass0]))
 
 
 @pytest.mark.parametrize(("before", "after"), [((2, 4), (1, 8)), ((1, 8), (4, 2))])

@@ -146,9 +146,14 @@ class SourceStreams:
         k = np.asarray(k, dtype=np.int64)
         if len(k) == 0:
             return k, k
+        row = int(k.min())
+        if row < self._start[source]:  # before a resume's point: count back to it, or from
+            # pass 0 where that is fewer passes (a trace of a deep run's first steps)
+            if 2 * row < self._first[source] * self.pass_samples(source, 0):
+                self._first[source], self._start[source], self._counts[source] = 0, 0, []
+            else:
+                self._count_back(source, row)
         counts = self._counts[source]
-        if int(k.min()) < self._start[source]:  # before a resume's point: count back to it
-            self._count_back(source, int(k.min()))
         top, first = int(k.max()), self._first[source]
         total = self._start[source] + sum(counts)
         while not counts or total <= top:  # count the passes up to the furthest row
@@ -178,7 +183,8 @@ class SourceStreams:
         """{source name: [pass, its first stream row]} of the pass holding each source's first
         row of global batch g: what `resume_from` needs to deal g on without counting the
         passes before it (a small source upsampled for long runs has hundreds of thousands);
-        rows before it are found by counting back from it (a trace of the steps before)."""
+        rows before it are found by counting back from it, or on from pass 0 where that is
+        nearer (a trace of the steps before)."""
         rows = self.allocation.rows_before(np.asarray([g]))[0]  # [sources]
         point = {}
         for s, name in enumerate(self.names):
