@@ -162,6 +162,29 @@ def test_changed_files_are_read_again(tmp_path, small_tokenizer):
     assert len(tables_files(tmp_path / "cache")) == 2
 
 
+def test_files_changed_while_a_load_reads_them_keep_no_tables(
+    tmp_path, small_tokenizer, monkeypatch
+):
+    """Tables derived while a file changed would sit under the key of bytes they were not
+    derived from: a load that sees its files change under it keeps none."""
+    small_tokenizer.save(tmp_path / "tok")
+    vocab, merges = tmp_path / "tok" / formats.VOCAB, tmp_path / "tok" / formats.MERGES
+    read_merges = formats.read_merges_txt
+
+    def read_then_change(*args, **kwargs):  # another process rewrites merges.txt meanwhile
+        found = read_merges(*args, **kwargs)
+        merges.write_text(merges.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+        return found
+
+    monkeypatch.setattr(loading, "_load", None)  # the Python path, which read_merges_txt is
+    monkeypatch.setattr(formats, "read_merges_txt", read_then_change)
+    Tokenizer.from_files(vocab, merges, [EOT], cache_dir=tmp_path / "cache")
+    assert tables_files(tmp_path / "cache") == []
+    monkeypatch.setattr(formats, "read_merges_txt", read_merges)  # unchanged: kept
+    Tokenizer.from_files(vocab, merges, [EOT], cache_dir=tmp_path / "cache")
+    assert len(tables_files(tmp_path / "cache")) == 1
+
+
 def test_cache_problems_never_stop_a_load(tmp_path, small_tokenizer, caplog):
     small_tokenizer.save(tmp_path / "tok")
     (tmp_path / "file").write_text("not a directory")

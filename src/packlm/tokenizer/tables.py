@@ -35,32 +35,38 @@ FACTS = ("pattern", "special_token_ids", "digest", "tiktoken")  # and its JSON f
 def with_tables(cls, cache_dir, files: list, options: dict, build: Callable, engine: str):
     """`build()`'s tokenizer; with a `cache_dir`, read from the tables an earlier build from
     files of the same bytes and options left there (then kept for the next load)."""
-    key = None if cache_dir is None else _tables_key(files, options, cls)
-    if key is None:  # no cache, or a file cannot be read: build() names it
+    contents = None if cache_dir is None else _contents(files, cls)
+    if contents is None:  # no cache, or a file cannot be read: build() names it
         return build()
+    key = _tables_key(contents, options)
     path = Path(cache_dir) / TABLES_DIR / f"{key}.npz"
     tables = _read_tables(path)
     if tables is not None:
         mark_used(path)
         return cls._from_tables(tables, engine)
     tokenizer = build()
-    if _tables_key(files, options, cls) == key:  # no file changed while build() read it
+    if _contents(files, cls) == contents:  # no file changed while build() read it
         _write_tables(path, tokenizer._tables())
     return tokenizer
 
 
-def _tables_key(files: list, options: dict, cls) -> str | None:
-    h = hashlib.sha256(f"{TABLES_FORMAT}\0{json.dumps(options)}\0".encode())
-    # the code that derives the tables too: a packlm that derives them differently never
-    # reads these (the pattern is not in them: every load resolves it again)
+def _contents(files: list, cls) -> list[bytes] | None:
+    """The bytes of `files` and of packlm's code that derives the tables (a packlm that
+    derives them differently never reads these; the pattern is not in them: every load
+    resolves it again), or None when one cannot be read."""
     code = [encoder.__file__, formats.__file__, loading.__file__, __file__,
             sys.modules[cls.__module__].__file__]  # fmt: skip
     try:
-        for path in [*files, *code]:
-            data = Path(path).read_bytes()
-            h.update(len(data).to_bytes(8, "little") + data)
+        return [Path(path).read_bytes() for path in [*files, *code]]
     except OSError:
         return None
+
+
+def _tables_key(contents: list[bytes], options: dict) -> str:
+    h = hashlib.sha256(f"{TABLES_FORMAT}\0{json.dumps(options)}\0".encode())
+    for data in contents:
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
     return h.hexdigest()
 
 
