@@ -6,7 +6,9 @@ At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one
 1. Training steps (forward + backward + clip + AdamW + schedule) in a bare loop: packlm's
    Transformer (document masks, 4 documents per row; stream rows; torch.compile) against
    `ReferenceGPT` (nanoGPT's GPT: LayerNorm, GELU MLP 4x, learned positions, is_causal
-   SDPA, tied head, no biases), eager; and LitCausalLM in a Lightning Trainer with
+   SDPA, tied head, no biases), eager, with packlm's fused AdamW (so the ratio is the
+   model's), and once with nanoGPT's own CPU optimizer (torch's default AdamW: nanoGPT asks
+   for the fused kernel on CUDA only), nanoGPT's loop; and LitCausalLM in a Lightning Trainer with
    StepMetrics (eager, model.compile=true) against the same bare loops. The reference runs
    in float32, as nanoGPT's train.py does on any CPU; packlm in what trainer.precision=auto
    picks (32-true on a CPU), and both are also shown under bf16-mixed (with packlm's float32
@@ -176,11 +178,14 @@ class BareLoop:
     """A model with AdamW + warmup/cosine, trained by a plain loop with packlm's math (sum CE /
     supervised, clip 1.0); built once, so a compiled model compiles once for all repeats.
     matmul_precision: torch.set_float32_matmul_precision's setting for its steps ("medium":
-    float32 matmuls computed in bf16 where oneDNN has fast bf16, e.g. AMX; else unchanged)."""
+    float32 matmuls computed in bf16 where oneDNN has fast bf16, e.g. AMX; else unchanged).
+    fused: AdamW's fused kernel, as LitCausalLM takes it (no fp16 scaler); False: torch's
+    default on a CPU (a loop over the parameters), as nanoGPT's configure_optimizers leaves
+    it there (it asks for fused on CUDA only)."""
 
     def __init__(
         self, model: nn.Module, stream: bool = False, bf16: bool = False,
-        matmul_precision: str = "highest",
+        matmul_precision: str = "highest", fused: bool = True,
     ):  # fmt: skip
         self.model, self.stream, self.bf16 = model, stream, bf16
         self.matmul_precision = matmul_precision
@@ -188,7 +193,7 @@ class BareLoop:
         self.opt = torch.optim.AdamW(
             [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-            lr=3e-3, betas=(0.9, 0.95), fused=True,  # as LitCausalLM chooses (no fp16 scaler)
+            lr=3e-3, betas=(0.9, 0.95), fused=fused or None,
         )  # fmt: skip
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, partial(lr_factor, warmup=10, total=1000, min_ratio=0.1)
@@ -372,6 +377,7 @@ def main() -> None:
     low = auto == "bf16-mixed"
     loops = {
         "reference": BareLoop(seeded(ReferenceGPT)),
+        "nanogpt loop": BareLoop(seeded(ReferenceGPT), fused=False),  # its CPU AdamW
         "reference bf16": BareLoop(seeded(ReferenceGPT), bf16=True),
         "bare": BareLoop(seeded()),
         "bare bf16": BareLoop(seeded(), bf16=True),
@@ -435,6 +441,9 @@ def main() -> None:
         ("reference GPT-2-style model, float32, bare loop: tokens/s", B * T / ms["reference"] * 1e3),
         (f"packlm Lightning+StepMetrics, precision=auto ({auto}): tokens/s", B * T / ms["lightning auto"] * 1e3),
         (f"packlm Lightning, auto ({auto}) / reference float32 (tok/s; aim >= 1.2)", ratio("reference", "lightning auto")),
+        ("nanoGPT's loop: reference + nanoGPT's CPU AdamW (not fused): tok/s", B * T / ms["nanogpt loop"] * 1e3),
+        (f"packlm Lightning, auto ({auto}) / nanoGPT's loop (tok/s; aim >= 1.2)", ratio("nanogpt loop", "lightning auto")),
+        ("packlm bare, document masks / nanoGPT's loop (tokens/s)", ratio("nanogpt loop", "bare")),
         ("packlm Lightning, 32-true / reference float32 (tokens/s)", ratio("reference", "lightning")),
         ("packlm bare, document masks, float32 / reference float32 (tok/s)", ratio("reference", "bare")),
         ("packlm bare, document masks, bf16-mixed / reference float32", ratio("reference", "bare bf16")),
