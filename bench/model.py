@@ -4,7 +4,8 @@
 
 At nanoGPT's CPU shape (4 layers, width 128, 4 heads, T=64, B=12, vocab 65), one run:
 1. Training steps (forward + backward + clip + AdamW + schedule) in a bare loop: packlm's
-   Transformer (document masks, 4 documents per row; stream rows; torch.compile) against
+   Transformer (document masks, 4 documents per row; stream rows; torch.compile, also in
+   bf16-mixed where auto keeps float32) against
    `ReferenceGPT` (nanoGPT's GPT: LayerNorm, GELU MLP 4x, learned positions, is_causal
    SDPA, tied head, no biases), eager, with packlm's fused AdamW (so the ratio is the
    model's), and once with nanoGPT's own CPU optimizer (torch's default AdamW: nanoGPT asks
@@ -388,6 +389,8 @@ def main() -> None:
     }
     if args.compile:
         loops["bare compiled"] = BareLoop(seeded(compile=True), bf16=low)
+        if not low:  # and what compiling gets from bf16 matmuls where auto keeps float32
+            loops["bare compiled bf16"] = BareLoop(seeded(compile=True), bf16=True)
     contenders = {name: partial(loop, packed, warmup) for name, loop in loops.items()}
     head_batches = [
         packed_batch(HEAD_B, HEAD_T, 3, HEAD_CONFIG["vocab_size"], seed=i)
@@ -458,6 +461,8 @@ def main() -> None:
             (f"packlm bare compiled, {auto} / reference eager float32 (tok/s)", ratio("reference", "bare compiled")),
             (f"packlm Lightning compiled, {auto} / reference float32 (tok/s)", ratio("reference", "lightning compiled")),
         ]  # fmt: skip
+        if not low:
+            rows.append(("packlm bare compiled, bf16-mixed / reference eager float32 (tok/s)", ratio("reference", "bare compiled bf16")))  # fmt: skip
     rows += [
         ("Lightning 32-true (no logger) / bare float32 (time; aim <= 1.05)", ratio("lightning", "bare")),
         ("Lightning + TensorBoard (every 10 steps) / bare (time)", ratio("lightning+tb", "bare")),
