@@ -474,6 +474,29 @@ def test_a_compiled_step_compiles_one_graph_for_stream_and_document_batches():
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
 
 
+@pytest.mark.slow
+def test_a_compiled_run_takes_the_chunked_head_with_the_eager_loss_and_gradients(monkeypatch):
+    """model.compile compiles the trunk (`Transformer.hidden`) apart, so that large logits
+    still go through the chunked head (fused.linear_cross_entropy) as in eager runs: the same
+    loss and gradients as the eager module's, no [B, T, V] logits made."""
+    from packlm.model import fused
+
+    monkeypatch.setattr(fused, "CE_CHUNKED_FROM", 0)  # every batch takes the chunked head
+    runs = []
+    for compile in (False, True):
+        torch.manual_seed(0)
+        lit = LitCausalLM(tiny_config(context_length=T, compile=compile), {})
+        if compile:
+            object.__setattr__(lit, "_run_model", None)  # the logits path must not be taken
+        loss = lit._sum_ce(mark_stream(MANY))[0]
+        loss.backward()
+        runs.append((loss.detach(), {k: p.grad for k, p in lit.named_parameters()}))
+    (eager, eager_grads), (compiled, compiled_grads) = runs
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    for name, grad in eager_grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
 def document_reference_grads(*batches) -> tuple[dict[str, torch.Tensor], float]:
     """Gradient of the mean over all (row, segment) pieces with a target of their mean CE."""
     torch.manual_seed(0)

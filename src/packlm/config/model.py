@@ -53,7 +53,8 @@ class ModelConfig(ConfigGroup):
     Validation and bits per byte stay per token."""
     compile: bool = False
     """torch.compile the Transformer (inductor: fused kernels; on CPU it needs a C compiler;
-    the first steps pay the compile time). Checkpoints stay the same."""
+    the first steps pay the compile time; large CPU logits still take the chunked head, on
+    the compiled trunk). Checkpoints stay the same."""
 
     @property
     def head_dim(self) -> int:

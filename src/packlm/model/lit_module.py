@@ -52,9 +52,11 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
             {"model": as_dict(self.model_config), "optim": as_dict(self.optim_config)}
         )
         self.model = Transformer(self.model_config)
-        # model.compile: a compiled view of the same module, not a submodule (same state_dict)
-        compiled = torch.compile(self.model) if self.model_config.compile else self.model
-        object.__setattr__(self, "_run_model", compiled)
+        # model.compile: compiled views of the same module, not submodules (same state_dict):
+        # the whole model for logits, and its trunk for the chunked head (large CPU logits)
+        view = torch.compile if self.model_config.compile else (lambda f: f)
+        object.__setattr__(self, "_run_model", view(self.model))
+        object.__setattr__(self, "_run_hidden", view(self.model.hidden))
         self.register_buffer("token_byte_lengths", None, persistent=False)
         if token_byte_lengths is not None:
             self.set_token_byte_lengths(token_byte_lengths)
@@ -86,7 +88,7 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
         self, batch: Mapping[str, Tensor], weights: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         """(sum over the supervised targets of weight * CE, float32 [B, T] CE): the chunked
-        head or logits + F.cross_entropy (`head_cross_entropy`); compiled runs take logits.
+        head on the (compiled) trunk, or logits + F.cross_entropy (`head_cross_entropy`).
 
         A stream batch (all segment ids 0) takes the is_causal kernel in eager runs; a compiled
         run gives every batch its segment ids (the mask of all-0 ids is the causal one), since
@@ -96,7 +98,7 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
         segment_ids = None if stream else batch.get("segment_ids")
         inputs = (batch["input_ids"], segment_ids, batch.get("position_ids"))
         return head_cross_entropy(
-            self.model, self, inputs, batch["labels"], weights, chunkable=not compiled
+            self.model, self, inputs, batch["labels"], weights, hidden_of=self._run_hidden
         )
 
     def _sum_ce(self, batch: Mapping[str, Tensor], weights: Tensor | None = None):

@@ -26,7 +26,7 @@ micro-batches, ranks); steps 1-3 are unchanged, so it is exact in the same way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -122,23 +122,24 @@ def head_cross_entropy(
     inputs: tuple,
     labels: Tensor,
     weights: Tensor | None = None,
-    chunkable: bool = True,
+    hidden_of: Callable[..., Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """(sum over the supervised targets of weight * CE, differentiable; float32 [B, T] CE,
     0 where there is no target). weights [B, T], None: 1 per target.
 
     `model` is the Transformer, `inputs` its (input_ids, segment_ids, position_ids). On CPU
     with at least fused.CE_CHUNKED_FROM logits the head and the CE run in row chunks
-    (fused.linear_cross_entropy: no [B, T, V] logits held); otherwise (an accelerator, small
-    logits, chunkable False) `logits_of(*inputs)` gives the logits for F.cross_entropy.
+    (fused.linear_cross_entropy: no [B, T, V] logits held) on `hidden_of(*inputs)` (default
+    model.hidden; a compiled run's compiled trunk); otherwise (an accelerator, small logits)
+    `logits_of(*inputs)` gives the logits for F.cross_entropy.
     """
     V = model.lm_head.weight.shape[0]
     chunked = labels.numel() * V >= fused.CE_CHUNKED_FROM and labels.device.type == "cpu"
-    if not (chunkable and chunked):
+    if not chunked:
         ce = cross_entropy_per_target(logits_of(*inputs), labels)  # [B, T]
         return (ce.sum() if weights is None else (ce * weights).sum()), ce
     objective, ce = fused.linear_cross_entropy(
-        model.hidden(*inputs).flatten(0, 1),  # [B T, C]
+        (hidden_of or model.hidden)(*inputs).flatten(0, 1),  # [B T, C]
         model.lm_head.weight,
         labels.flatten(),
         None if weights is None else weights.flatten(),
