@@ -4,8 +4,10 @@ the entry is removed (issue 33: before, the run died at its next validation)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -139,6 +141,25 @@ def test_hold_of_an_entry_removed_meanwhile_is_an_error_naming_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=f"{gone}: removed .* while this run opened it"):
         hold(gone)
     assert not in_use_dir(gone).exists() and gone not in cache_hold._holds
+
+
+def test_a_run_that_ends_clears_the_records_of_runs_killed_while_they_held_the_entry(tmp_path):
+    """A killed run leaves its record (nothing of it runs at its death); the next run to hold
+    and release the entry drops it with its own, so the kill leaves no folder behind."""
+    entry = tmp_path / "stores" / "0123456789abcdef"
+    entry.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    stale = in_use_dir(entry) / f"{socket.gethostname()}-{dead.stdout.strip()}.json"
+    stale.parent.mkdir()
+    stale.write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname()}))
+    other_host = in_use_dir(entry) / "elsewhere-4711.json"  # cannot be told dead: kept
+    other_host.write_text(json.dumps({"pid": 4711, "host": "elsewhere"}))
+    hold(entry).release()
+    assert not stale.exists() and other_host.exists()
+    other_host.unlink()
+    hold(entry).release()
+    assert not in_use_dir(entry).exists()
 
 
 def _children(pid: int) -> list[int]:

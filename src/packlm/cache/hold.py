@@ -4,7 +4,7 @@ A record per process (pid, start time, host, command line) in `.<name>.in-use/` 
 entry, which `python -m packlm.cache` reads (`holders`) to refuse removing an entry a live
 run reads (before, the run died at its next validation). A record is judged by its owner's
 liveness, never by a lock a forked worker could inherit, so a killed run's record is simply
-stale.
+stale; the next run to release the entry drops it, so a kill leaves no folder behind.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ class Hold:
             del _holds[self.path]
         with contextlib.suppress(OSError):
             self.record.unlink()
-            self.record.parent.rmdir()  # only when no other run holds the entry
+        holders(self.path)  # drops the records of runs killed while they held the entry
+        with contextlib.suppress(OSError):
+            self.record.parent.rmdir()  # only when no other live run holds the entry
 
     def __enter__(self) -> Hold:
         return self
