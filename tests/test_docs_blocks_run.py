@@ -50,8 +50,10 @@ def blocks() -> dict[str, list[Command]]:
     found: dict[str, list[Command]] = {}
     for c in all_commands():
         found.setdefault(f"{c.file}#{c.block}", []).append(c)
-    return {
-        f"{cs[0].file}:{cs[0].line}": cs for cs in found.values() if any(map(packlm_overrides, cs))
+    return {  # the blocks with a packlm line to run (not only an illustration of one)
+        f"{cs[0].file}:{cs[0].line}": cs
+        for cs in found.values()
+        if any(packlm_overrides(c) and not c.illustration for c in cs)
     }
 
 

@@ -1,7 +1,7 @@
 """The files README.md and docs/ name, written small into a folder, so their commands run as
 written there: corpus.txt, corpus/*.txt, data/*.jsonl.gz, shards/*.parquet, a save_to_disk
-folder, a code tree, books/ and web.jsonl, input.txt, held_out/, and a GPT-2 tokenizer folder
-(from ../shared, when it is there)."""
+folder, a code tree, books/ and web.jsonl, input.txt, held_out/, a mixture's web/*.jsonl.zst,
+code/ and math.jsonl, and a GPT-2 tokenizer folder (from ../shared, when it is there)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,21 @@ def write_docs_inputs(root: Path) -> Path:
     (root / "data").mkdir()
     with gzip.open(root / "data" / "code.jsonl.gz", "wt") as f:
         f.writelines(json.dumps({"content": t}) + "\n" for t in texts)
+    # a mixture's sources: web/*.jsonl.zst, code/, math.jsonl
+    (root / "code").mkdir()
+    for i, t in enumerate(texts[1::3]):
+        (root / "code" / f"m{i}.py").write_text(f"def g{i}():\n    return {t!r}\n")
+    with open(root / "math.jsonl", "w") as f:
+        f.writelines(json.dumps({"text": t}) + "\n" for t in texts[::5])
+    try:
+        import zstandard
+    except ImportError:
+        pass  # the line that reads them needs packlm[zstd] and says so
+    else:
+        (root / "web").mkdir()
+        for k in range(2):
+            data = "".join(json.dumps({"text": t}) + "\n" for t in texts[k::2]).encode()
+            (root / "web" / f"part-{k}.jsonl.zst").write_bytes(zstandard.compress(data))
     for name in ("pkg", "pkg/tests"):
         (root / "repo" / name).mkdir(parents=True)
     for i, t in enumerate(texts[:20]):
