@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
-from tqdm.auto import tqdm
+from tqdm import tqdm  # not tqdm.auto: in Jupyter without ipywidgets it warns at import
 
 from packlm.config.help import exit_if_help
 from packlm.config.schema import CONFIG_DIR

@@ -23,7 +23,7 @@ from typing import Any
 
 import hydra
 from omegaconf import DictConfig
-from tqdm.auto import tqdm
+from tqdm import tqdm  # not tqdm.auto: in Jupyter without ipywidgets it warns at import
 
 from packlm.config.data import DataConfig
 from packlm.config.help import exit_if_help

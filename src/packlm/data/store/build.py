@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
+from tqdm import tqdm  # not tqdm.auto: in Jupyter without ipywidgets it warns at import
 
 from packlm.cache.entry import replace_dir, temporary_sibling
 from packlm.data.store.corpus import Corpus

@@ -147,6 +147,6 @@ def _encode_words(counts: Counter[str], what: str) -> tuple[list[bytes], list[in
 def _bar(enabled: bool, desc: str, unit: str, total: int | None):
     if not enabled:
         return None
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # not tqdm.auto: in Jupyter without ipywidgets it warns at import
 
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=True)
