@@ -12,7 +12,16 @@ from typing import Any
 
 from packlm.errors import ConfigError
 
-SOURCE_KEYS = ("path", "weight", "share", "name", "include", "exclude", "span")
+SOURCE_KEYS = ("path", "weight", "share", "name", "include", "exclude", "span", "chat")
+CHAT_FORMS = ("auto", "messages", "sharegpt", "alpaca", "prompt_completion")
+"""{path, chat: form}: each record is a conversation (`packlm.data.store.sources.conversations`)."""
+
+
+def source_chat(entry: Any) -> str | None:
+    """The conversation form of a source entry ({path, chat: auto}); None: text documents."""
+    if hasattr(entry, "get") and entry.get("chat") is not None:
+        return str(entry.get("chat"))
+    return None
 
 
 def source_share(entry: Any) -> float | None:
@@ -91,6 +100,9 @@ def check_source_entry(key: str, entry: Any) -> None:
                     f"{key}: give share (a fraction of the tokens) or weight (copies per "
                     "epoch), not both"
                 )
+        chat = entry.get("chat")
+        if chat is not None and chat not in CHAT_FORMS:
+            raise ConfigError(f"{key}.chat={chat!r}: one of {list(CHAT_FORMS)}")
         name = entry.get("name")
         if name is not None and (not isinstance(name, str) or not name or ":" in name):
             raise ConfigError(f"{key}.name={name!r}: a non-empty string without ':'")

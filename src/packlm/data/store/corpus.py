@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from packlm.config.data import DataConfig
+from packlm.config.sources import source_chat
 from packlm.data.store.shards import file_shards, piece_bounds
 from packlm.data.store.sources import (
     ReadCounts,
@@ -27,6 +28,7 @@ from packlm.data.store.sources import (
 from packlm.data.store.sources.cuts import file_cuts
 from packlm.data.store.sources.formats import detect
 from packlm.data.store.split import HASH, content_hash, is_validation
+from packlm.tokenizer.chat import CHAT_FORMAT
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +54,11 @@ class Corpus:
         val = (
             None
             if data.val_sources is None
-            else resolve_sources(list(data.val_sources), "data.val_sources")
-        )
+            else _with_chat(resolve_sources(list(data.val_sources), "data.val_sources"),
+                            data.val_sources)
+        )  # fmt: skip
         return cls(
-            resolve_sources(list(data.sources)),
+            _with_chat(resolve_sources(list(data.sources)), data.sources),
             val,
             ReadOptions.from_config(data),
             data.val_fraction,
@@ -195,7 +198,14 @@ class Corpus:
 def _source_fp(source: Source) -> dict[str, Any]:
     fp = source.fingerprint()
     del fp["weight"]  # the plan's business (see fingerprint)
+    if source.chat is not None:  # absent for text: the keys of earlier entries still hold
+        fp["chat"] = {"form": source.chat, "format": CHAT_FORMAT}
     return fp
+
+
+def _with_chat(sources: list[Source], entries: Any) -> list[Source]:
+    """The sources with their entries' `chat` form (conversations; None: text)."""
+    return [replace(s, chat=source_chat(e)) for s, e in zip(sources, entries, strict=True)]
 
 
 def _rows(sources: list[Source]) -> Iterator[tuple[Source, slice]]:

@@ -12,7 +12,9 @@
 3. `text.py`: text and JSON-lines readers: streamed, newlines normalised, split on
    `data.separator`, invalid UTF-8 by `data.encoding_errors`.
 4. `tables.py`: Parquet / Arrow / save_to_disk rows -> documents (pyarrow, an extra).
-5. `iter_documents` (here): every document of every source in order; what is dropped
+5. `conversations.py`: a {path, chat: form} entry's records -> one conversation each
+   (messages, ShareGPT, Alpaca, prompt/completion), bad records counted and named.
+6. `iter_documents` (here): every document of every source in order; what is dropped
    (empty, invalid, binary files of a walk, special files) is counted in `ReadCounts`.
    After each file it checks that the file is still what the listing recorded (size and
    mtime, or an object's version, and every byte of it read): the fingerprint says what was read, or it is an error.
@@ -24,6 +26,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from packlm.data.store.sources.conversations import chat_documents
 from packlm.data.store.sources.cuts import file_cuts
 from packlm.data.store.sources.document import (
     WHOLE,
@@ -92,6 +95,10 @@ def _documents_of(
         _check_unchanged(path, listed, None)
         return
     cut = source.cut_of(k)
+    if source.chat is not None:
+        yield from chat_documents(source, path, fmt, prefix, cut, options, counts)
+        _check_unchanged(path, listed, None)
+        return
     if fmt.kind in ("parquet", "arrow"):
         yield from table_documents(path, fmt, prefix, source.index, options, counts, cut)
         _check_unchanged(path, listed, None)

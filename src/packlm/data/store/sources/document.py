@@ -12,6 +12,9 @@ class Document(NamedTuple):
     """Stable across runs and machines: "<source index>:<path>[:<record line or split index>]"."""
     source_index: int
     """Position of the document's entry in data.sources (or data.val_sources)."""
+    turns: tuple[tuple[str, str], ...] | None = None
+    """A conversation's (role, content) turns (`sources.conversations`; `text` is then their
+    rendering); None for a text document."""
 
 
 def parse_doc_id(doc_id: str) -> dict[str, Any]:
@@ -75,6 +78,10 @@ class ReadCounts:
     """Entries of a directory or glob that are no regular file (FIFOs, sockets, devices)."""
     normalized_newlines: int = 0
     """Files or records whose CRLF / CR newlines became LF (data.normalize_newlines)."""
+    bad_records: dict[str, int] = field(default_factory=dict)
+    """Conversation records dropped, by reason (`sources.conversations.BadRecord`)."""
+    bad_record_examples: list[str] = field(default_factory=list)
+    """The first of them, "path:line: reason: detail"."""
     files_read: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
     """Per source index, (path, size, mtime_ns) of each file after it was read, checked equal
     to the listing (`packlm.data.store.sources.iter_documents`): the manifest's record."""
@@ -86,4 +93,5 @@ class ReadCounts:
             "invalid_utf8": self.skipped_invalid_utf8,
             "binary": self.skipped_binary,
             "special_files": self.skipped_special,
+            **({"bad_conversations": sum(self.bad_records.values())} if self.bad_records else {}),
         }

@@ -55,6 +55,8 @@ class Source:
     """Per file, the piece a data.shard reads: bytes [a, b), cut between records by
     `sources.cuts` (a table's row groups or batches starting there); None: the whole file
     (or span)."""
+    chat: str | None = None
+    """{path, chat: form}: records are conversations (`sources.conversations`); None: text."""
 
     def cut_of(self, k: int) -> tuple[int, int] | None:
         return None if self.cuts is None else self.cuts[k]
