@@ -82,7 +82,7 @@ def _schedule_points(schedule: Any, names: list[str]) -> list[Point]:
             raise ConfigError(f"{key}: unknown keys {unknown}; allowed ['step', 'shares']")
         step, shares = point.get("step"), point.get("shares")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ConfigError(f"{key}.step={step!r}: an optimizer step >= 0")
+            raise ConfigError(f"{key}.step={step!r}: an integer optimizer step >= 0")
         if i == 0 and step != 0:
             raise ConfigError(f"{key}.step={step}: the first point is at step 0")
         if points and step <= points[-1][0]:

@@ -3,7 +3,9 @@ schedule phase (`python -m packlm.stats`) and the token budget's horizon in glob
 
 A source's rows are exact (`Allocation`); its supervised tokens per row are the mean of its
 pass 0 (`plan_statistics`: supervised targets / samples), so the tokens are an expectation:
-a later pass's offsets and packs differ slightly.
+a later pass's offsets and packs differ slightly. What it costs follows the data, never the
+steps a schedule or a budget names: rows come from `Allocation.expected_target` (closed form
+for a long linear schedule) and passes from pass 0's size, with no later pass built.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class MixtureRates:
     def tokens(self, batches: float) -> float:
         """Expected supervised targets of the first `batches` global batches."""
         lo = int(np.floor(batches))
-        at = self.allocation.target(np.asarray([lo, lo + 1])) @ self.per_row  # [2]
+        at = self.allocation.expected_target(np.asarray([lo, lo + 1])) @ self.per_row  # [2]
         return float(at[0] + (batches - lo) * (at[1] - at[0]))
 
     def batches(self, tokens: float) -> float:
@@ -56,36 +58,44 @@ class MixtureRates:
 def phase_table(streams: SourceStreams, per_row: np.ndarray, accumulate: int = 1) -> dict[str, Any]:
     """The mixture as `python -m packlm.stats` prints it: per source its pass-0 samples and
     targets per row; per schedule phase (from one point to the next; the last: per step) its
-    shares, rows, expected supervised tokens and the passes each source has begun by its end."""
+    shares, rows, expected supervised tokens and the passes of each source expected by its
+    end (its rows / its pass 0's samples). Rows are exact ("rows", "rows_per_step") unless a
+    linear schedule runs past `EXACT_RAMPS` global batches: then "expected_rows" (floats,
+    within B * steps / 2^20 rows of them), so no far point costs a ramp's steps."""
     allocation, names = streams.allocation, streams.names
+    exact = allocation.exact_expectations
+    count = allocation.rows_before if exact else allocation.expected_target
+    samples = np.asarray([streams.pass_samples(s, 0) for s in range(len(names))])  # [n]
     steps = allocation.steps.tolist()
     phases = []
     for i, first in enumerate(steps):
         last = steps[i + 1] if i + 1 < len(steps) else None
         span = [first, last if last is not None else first + accumulate]
-        rows = np.diff(allocation.rows_before(np.asarray(span)), axis=0)[0]  # [n]
+        at = count(np.asarray(span))  # [2, n]
+        rows = at[1] - at[0]  # [n]
+        listed = rows.tolist() if exact else rows.round(1).tolist()
+        key = "rows" if exact else "expected_rows"
         phase = {
             "from_step": first // accumulate,
             "to_step": None if last is None else last // accumulate,
             "shares": dict(zip(names, allocation.shares[i].round(6).tolist(), strict=True)),
         }
         if last is None:  # open-ended: one optimizer step of it
-            phase["rows_per_step"] = dict(zip(names, rows.tolist(), strict=True))
+            phase[f"{key}_per_step"] = dict(zip(names, listed, strict=True))
             phase["supervised_tokens_per_step"] = _named(names, rows * per_row)
         else:
-            phase["rows"] = dict(zip(names, rows.tolist(), strict=True))
+            phase[key] = dict(zip(names, listed, strict=True))
             phase["supervised_tokens"] = _named(names, rows * per_row)
-            end = allocation.rows_before(np.asarray([last]))[0]
-            phase["passes_begun"] = {  # by the phase's end
-                n: 0 if end[s] == 0 else int(streams.locate(s, end[s : s + 1] - 1)[0][0]) + 1
-                for s, n in enumerate(names)
+            passes = at[1] / np.maximum(samples, 1)  # [n] by the phase's end
+            phase["expected_passes"] = {
+                n: round(float(v), 2) for n, v in zip(names, passes, strict=True)
             }
         phases.append(phase)
     return {
         "rows_per_global_batch": allocation.rows,
         "epoch_global_batches": streams.epoch_batches(),
         "sources": {
-            n: {"pass_samples": streams.pass_samples(s, 0), "supervised_per_row": float(r)}
+            n: {"pass_samples": int(samples[s]), "supervised_per_row": float(r)}
             for s, (n, r) in enumerate(zip(names, per_row, strict=True))
         },
         "phases": phases,
