@@ -100,6 +100,7 @@ def summary(prepared: PreparedData, progress: bool = False) -> dict[str, dict[st
                     for part in getattr(store, "parts", [store])  # data.shards: each shard's
                 ),
                 "dropped": counts.get("dropped", {}),
+                "left_out": counts.get("left_out", {}),
                 "cuts_inside_pretokens": counts.get("cuts_inside_pretokens", 0),
             }
     return rows
@@ -122,6 +123,10 @@ def format_summary(rows: dict[str, dict[str, Any]]) -> str:
             f"{n:,} {why.replace('_', ' ')}" for why, n in r["dropped"].items() if n
         )
         out.append(f"{split} skipped: {dropped or 'nothing'}")
+        for why, names in r.get("left_out", {}).items():  # links: docs/links.md
+            more = r["dropped"].get(why, len(names)) - len(names)
+            out.append(f"{split} {why.replace('_', ' ')}: {'; '.join(names)}"
+                       + (f"; and {more:,} more" if more > 0 else ""))  # fmt: skip
         if r["cuts_inside_pretokens"]:
             out.append(f"{split}: {r['cuts_inside_pretokens']:,} cuts inside over-long pre-tokens")
     return "\n".join(out) + "\n"

@@ -131,10 +131,9 @@ def test_a_code_tree_with_include_exclude_binary_and_special_files(tmp_path):
     os.symlink(root / "pkg" / "a.py", root / "link.py")
     os.mkfifo(root / "pipe")  # a walk must not block on it
     texts, counts = read([str(root)])
-    assert sorted(texts) == sorted(
-        ["# repo\n", "def a():\n    return 1\n", "def a():\n    return 1\n", "def test_a(): ...\n"]
-    )
+    assert sorted(texts) == sorted(["# repo\n", "def a():\n    return 1\n", "def test_a(): ...\n"])
     assert counts.skipped_binary == 2 and counts.skipped_special == 1
+    assert counts.left_out == {"second_names": [f"{root}/link.py (read as {root}/pkg/a.py)"]}
     assert counts.skipped_invalid_utf8 == 0  # binaries are not "invalid text"
     only = read([{"path": str(root), "include": ["*.py"], "exclude": ["**/tests/**", "link.py"]}])
     assert only[0] == ["def a():\n    return 1\n"]

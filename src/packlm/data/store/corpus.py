@@ -220,13 +220,13 @@ def _files_of(
     source: Source, keep: np.ndarray, specials: bool, cuts: list[tuple[int, int] | None]
 ) -> Source:
     """The source with only the files where `keep`, each read whole or its bytes `cuts[f]`;
-    its special files counted if `specials`."""
+    what its walk left out (special files, links) counted if `specials`."""
     kept = [f for f, k in enumerate(keep) if k]
     piece = [cuts[f] for f in kept]
     return replace(
         source,
         files=[source.files[f] for f in kept],
         stats=[source.stats[f] for f in kept],
-        special_files=source.special_files if specials else 0,
+        skipped=source.skipped if specials else {},
         cuts=piece if any(c is not None for c in piece) else None,
     )

@@ -87,6 +87,11 @@ def check_not_empty(corpus: Corpus, state: dict[str, SplitState]) -> None:
     )
 
 
+def _named(left_out: dict[str, list[str]], most: int = 10) -> dict[str, list[str]]:
+    """The first names of what walks left out, by reason (`dropped` has their counts)."""
+    return {reason: names[:most] for reason, names in left_out.items()}
+
+
 def split_manifest(corpus: Corpus, header: StoreHeader, split: str, state) -> dict[str, Any]:
     """Counts, and per source what was read: its files' sizes and mtimes as they were after
     reading (`files_fingerprint`), which a reuse compares with the sources' (`prepared.py`)."""
@@ -95,6 +100,10 @@ def split_manifest(corpus: Corpus, header: StoreHeader, split: str, state) -> di
     sources = corpus.val_sources if explicit_val else corpus.sources
     read = state["val" if explicit_val else "train"].read.files_read
     dropped = st.read.dropped()
+    for reason, names in st.read.left_out.items():  # once per build (docs/links.md)
+        shown = "; ".join(names[:5]) + ("; ..." if len(names) > 5 else "")
+        log.warning("data %s: left out %d %s: %s", split, len(names), reason.replace("_", " "),
+                    shown)  # fmt: skip
     if split == "val":
         dropped["duplicate_of_train"] = st.duplicates
     return {
@@ -112,5 +121,6 @@ def split_manifest(corpus: Corpus, header: StoreHeader, split: str, state) -> di
             "cuts_inside_pretokens": st.cuts_inside_pretokens,
             "replaced_invalid_utf8": st.read.replaced_invalid_utf8,
             "normalized_newlines": st.read.normalized_newlines,
+            **({"left_out": _named(st.read.left_out)} if st.read.left_out else {}),
         },
     }

@@ -59,7 +59,7 @@ def iter_documents(
 ) -> Iterator[Document]:
     """Every non-empty document of every source, in order; drops are tallied in `counts`."""
     for source in sources:
-        counts.skipped_special += source.special_files
+        _count_left_out(source, counts)
         read = counts.files_read.setdefault(source.index, [])
         for k, (path, listed) in enumerate(zip(source.files, source.stats, strict=True)):
             for doc in _documents_of(source, k, path, listed, options, counts):
@@ -68,6 +68,15 @@ def iter_documents(
                 else:
                     counts.empty += 1
             read.append(listed)
+
+
+def _count_left_out(source: Source, counts: ReadCounts) -> None:
+    """What the source's walk left out (`walk.py`), counted, and named in the manifest."""
+    for reason, names in source.skipped.items():
+        if reason == "special_files":
+            counts.skipped_special += len(names)
+        else:
+            counts.left_out.setdefault(reason, []).extend(names)
 
 
 def _documents_of(

@@ -76,6 +76,9 @@ class ReadCounts:
     their documents (a JSONL line) holding a run of NUL bytes past the sniffed first block."""
     skipped_special: int = 0
     """Entries of a directory or glob that are no regular file (FIFOs, sockets, devices)."""
+    left_out: dict[str, list[str]] = field(default_factory=dict)
+    """What walks and globs left out by the link rule (`sources.walk`): broken links, second
+    names of a file, folders reached again -> the names (special files are `skipped_special`)."""
     normalized_newlines: int = 0
     """Files or records whose CRLF / CR newlines became LF (data.normalize_newlines)."""
     bad_records: dict[str, int] = field(default_factory=dict)
@@ -93,5 +96,6 @@ class ReadCounts:
             "invalid_utf8": self.skipped_invalid_utf8,
             "binary": self.skipped_binary,
             "special_files": self.skipped_special,
+            **{reason: len(names) for reason, names in self.left_out.items()},
             **({"bad_conversations": sum(self.bad_records.values())} if self.bad_records else {}),
         }

@@ -5,17 +5,16 @@ it but hidden ones), a glob, a `datasets.save_to_disk` folder, an fsspec URL (an
 prefix or a glob in object storage: `remote.py`), or a mapping
 {path, weight, include, exclude, span}: include/exclude are glob patterns on the path relative to
 the entry (`*.py`, `**/tests/**`). An existing path is read as that path even when its name
-holds glob characters (`notes[1].txt`). Directory walks follow file symlinks, skip hidden
-entries, and count what is not a regular file (FIFOs, sockets) instead of blocking on it.
+holds glob characters (`notes[1].txt`). Directory walks and globs follow symbolic links and
+read each real file once (`walk.py`, docs/links.md): what they leave out (special files,
+broken links, second names of a file, folders reached again) is counted and named.
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
@@ -26,6 +25,7 @@ from packlm.data.store.default_corpus import default_corpus_files, stdlib_root
 from packlm.data.store.sources.document import SourceError
 from packlm.data.store.sources.remote import RemoteFile, is_url, list_objects
 from packlm.data.store.sources.tables import dataset_folder_files, is_dataset_folder
+from packlm.data.store.sources.walk import EVERYTHING, SKIP_REASONS, Listing, split_glob, walk
 from packlm.errors import ConfigError
 
 DEFAULT = "default"
@@ -47,8 +47,9 @@ class Source:
     object of a URL source."""
     explicit: bool = True
     """One file named by the entry (a binary one is an error) or found by a walk (skipped)."""
-    special_files: int = 0
-    """Entries of the walk that are not regular files (skipped, counted)."""
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+    """What the walk or glob left out, by reason (`walk.SKIP_REASONS`) -> names: counted in
+    the data summary, named in the log."""
     span: tuple[float, float] | None = None
     """{path, span: [a, b]}: only bytes [a, b) of each file, as fractions of its size."""
     cuts: list[tuple[int, int] | None] | None = None
@@ -114,23 +115,36 @@ def resolve_sources(entries: list[Any], key: str = "data.sources") -> list[Sourc
 def _check_read_once(sources: list[Source], entries: list[Any], key: str) -> None:
     """No file read by two entries (overlapping spans of it count as the same bytes): listing
     a source twice doubled its documents without a word; a weight is what gives it more."""
-    first: dict[str, list[tuple[int, tuple[float, float]]]] = {}  # path -> (entry, span)
+    first: dict[Any, list[tuple[int, tuple[float, float], str]]] = {}  # real file -> entries
     for source in sources:
         a, b = source.span or (0.0, 1.0)
         shared = []
         for path, _, _ in source.stats:
-            earlier = first.setdefault(path, [])
-            # not the same entry: a walk's file symlink to a file of that walk is read as listed
-            shared += [(j, path) for j, (c, d) in earlier if j != source.index and c < b and a < d]
-            earlier.append((source.index, (a, b)))
+            earlier = first.setdefault(_real_file(path), [])
+            # a walk lists each real file once (walk.py)
+            shared += [(j, path, p) for j, (c, d), p in earlier if j != source.index and c < b and a < d]  # fmt: skip
+            earlier.append((source.index, (a, b), path))
         if shared:
-            (j, path), i = shared[0], source.index
+            (j, path, was), i = shared[0], source.index
             more = f" (and {len(shared) - 1} more files)" if len(shared) > 1 else ""
+            same = "" if was == path else f" (a hard link of {was})"
             raise ConfigError(
                 f"{key}[{j}]={sources[j].name!r} and {key}[{i}]={source.name!r} both read "
-                f"{path}{more}: its documents would be counted twice; list each file once (to "
+                f"{path}{same}{more}: its documents would be counted twice; list each file once (to "
                 f"give a source more weight, use {{path: ..., weight: 2}}){_weights(entries, j, i)}"
             )
+
+
+def _real_file(path: str) -> tuple[int, int] | str:
+    """A local file's (device, inode): its hard links and symlinks are one file; an object's
+    URL."""
+    if is_url(path):
+        return path
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path
+    return (st.st_dev, st.st_ino) if st.st_ino else path
 
 
 def _weights(entries: list[Any], *indices: int) -> str:
@@ -141,7 +155,7 @@ def _weights(entries: list[Any], *indices: int) -> str:
 def _resolve(entry: Any, index: int, key: str) -> Source:
     name, weight = source_path(entry), source_weight(entry)
     include, exclude = _patterns(entry, "include"), _patterns(entry, "exclude")
-    root, explicit, special = None, False, 0
+    root, explicit, skipped = None, False, {}
     path = Path(name)
     if is_url(name):
         files = list_objects(name, key, lambda rel: _wanted(rel, include, exclude))
@@ -154,26 +168,27 @@ def _resolve(entry: Any, index: int, key: str) -> Source:
     elif path.is_dir() and is_dataset_folder(path):
         files, explicit = dataset_folder_files(path, key), True
     elif path.is_dir():
-        files, special = _walk(path, include, exclude)
+        listing = walk(path, EVERYTHING, lambda rel: _wanted(rel, include, exclude))
+        files, skipped = listing.files, listing.skipped
         if not files:
             raise SourceError(
                 f"{key}={name!r}: the directory holds no files{_filtered(include, exclude)}"
+                f"{_left_out(listing)}"
             )
     elif path.exists():  # before globbing: an existing name may hold glob characters
         if not path.is_file():
             raise SourceError(f"{key}={name!r}: not a regular file (a FIFO, socket or device)")
         files, explicit = [path], True
     elif _GLOB_CHARS.intersection(name):
-        base = Path(glob.escape(name).split("[*]", 1)[0].split("[?]", 1)[0]).parent
-        files, special = [], 0
-        for p in sorted(Path(p) for p in glob.glob(name, recursive=True)):
-            if p.is_file() and _selected(p, base, include, exclude):
-                files.append(p)
-            elif p.exists() and not p.is_dir():
-                special += 1
+        top, pattern = split_glob(name)
+        listing = Listing()
+        if top.is_dir():
+            listing = walk(top, pattern, lambda rel: _wanted(rel, include, exclude))
+        files, skipped = listing.files, listing.skipped
         if not files:
             raise SourceError(
                 f"{key}={name!r}: the glob matched no files{_filtered(include, exclude)}"
+                f"{_left_out(listing)}"
             )
     else:
         raise SourceError(f"{key}={name!r}: no such file or directory (cwd {os.getcwd()})")
@@ -182,34 +197,20 @@ def _resolve(entry: Any, index: int, key: str) -> Source:
     ]
     span = None if isinstance(entry, str) or entry.get("span") is None else entry.get("span")
     span = None if span is None else (float(span[0]), float(span[1]))
-    return Source(name, weight, index, files, root, stats, explicit, special, span)
+    return Source(name, weight, index, files, root, stats, explicit, skipped, span)
 
 
-def _walk(directory: Path, include: list[str], exclude: list[str]) -> tuple[list[Path], int]:
-    """(regular files under `directory`, sorted; how many other entries were skipped)."""
-    files, special = [], 0
-    for p in sorted(directory.rglob("*")):
-        rel = p.relative_to(directory)
-        if any(part.startswith(".") for part in rel.parts) or p.is_dir():
-            continue
-        try:
-            mode = p.stat().st_mode
-        except OSError:  # a dangling symlink
-            special += 1
-            continue
-        if not stat.S_ISREG(mode):
-            special += 1
-        elif _selected(p, directory, include, exclude):
-            files.append(p)
-    return files, special
-
-
-def _selected(path: Path, base: Path, include: list[str], exclude: list[str]) -> bool:
-    try:
-        rel = path.relative_to(base).as_posix()
-    except ValueError:
-        rel = path.as_posix()
-    return _wanted(rel, include, exclude)
+def _left_out(listing: Listing) -> str:
+    """` (left out: 2 broken links: a.txt -> gone.txt, ...)`, or "" when nothing was."""
+    if not listing.skipped:
+        return ""
+    said = [
+        f"{len(names)} {reason.replace('_', ' ')}: {', '.join(names[:3])}"
+        + (", ..." if len(names) > 3 else "")
+        for reason in SKIP_REASONS
+        if (names := listing.skipped.get(reason))
+    ]
+    return f" (left out: {'; '.join(said)})"
 
 
 def _wanted(rel: str, include: list[str], exclude: list[str]) -> bool:
