@@ -29,31 +29,45 @@ def mixture(corpus: Path, change: int = 4) -> tuple[str, ...]:
     )
 
 
-def scalars(run: Path, tag: str) -> dict[int, float]:
-    acc = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+def scalars(run: Path, tag: str, sub: str = "") -> dict[int, float]:
+    acc = EventAccumulator(str(run / "tb" / sub), size_guidance={"scalars": 0})
     acc.Reload()
     return {e.step: e.value for e in acc.Scalars(tag)}
+
+
+def scalar_tags(run: Path, sub: str = "") -> set[str]:
+    acc = EventAccumulator(str(run / "tb" / sub), size_guidance={"scalars": 0})
+    acc.Reload()
+    return set(acc.Tags()["scalars"])
 
 
 def test_tensorboard_shows_realized_and_target_shares_and_stats_the_phases(
     compose_tiny, tiny_corpus, tmp_path, monkeypatch
 ):
-    cfg = compose_tiny(*mixture(tiny_corpus), "trainer.max_steps=8", "train.validate_at_end=false")
+    cfg = compose_tiny(
+        *mixture(tiny_corpus), "trainer.max_steps=8", "train.validate_at_end=false",
+        "trainer.log_every_n_steps=5",
+    )  # fmt: skip
     run = tmp_path / "run"
     train(cfg, run_dir=run)
     for name, before, after in (("small", 0.7, 0.2), ("big", 0.3, 0.8)):
-        target, share = (
-            scalars(run, f"mixture/{name}/target"),
-            scalars(run, f"mixture/{name}/share"),
-        )
-        assert set(target) == set(share) and len(target) >= 6
-        assert all(
-            v == pytest.approx(before if s < 4 else after, abs=1e-6) for s, v in target.items()
-        )
+        # one tag, two sub-runs: TensorBoard draws both lines on the card Mixture/<name>
+        target = scalars(run, f"Mixture/{name}", "mixture_target")
+        share = scalars(run, f"Mixture/{name}", "mixture_share")
+        assert set(target) == set(share) == set(range(8))  # every step, not every 5th
+        # the switch at step 4 is at step 4 exactly: a jump between points 3 and 4
+        assert [target[s] for s in range(8)] == pytest.approx([before] * 4 + [after] * 4)
         early = np.mean([share[s] for s in share if s < 4])
         late = np.mean([share[s] for s in share if s >= 4])
         assert (early > 0.5) == (before > 0.5) and (late > 0.5) == (after > 0.5)
-    assert scalars(run, "Loss/train_by_source/small")  # beside the per-source loss
+    for s in range(8):  # the realized shares of a step sum to 1
+        assert scalars(run, "Mixture/small", "mixture_share")[s] + scalars(
+            run, "Mixture/big", "mixture_share"
+        )[s] == pytest.approx(1.0)
+    tags = scalar_tags(run)
+    assert {"Loss/train_by_source/small", "Loss/train_by_source/big"} <= tags
+    assert {"tokens/supervised_by_source/small", "data/source/big/samples"} <= tags
+    assert not any(t.lower().startswith("mixture/") for t in tags)  # only in the sub-runs
 
     elsewhere = tmp_path / "elsewhere"  # the working directory of the default cache
     elsewhere.mkdir()
@@ -88,3 +102,20 @@ def test_tensorboard_shows_realized_and_target_shares_and_stats_the_phases(
     last_ckpt = run / "checkpoints" / "last.ckpt"
     with pytest.raises(ConfigError, match=r"data\.mixture_schedule.*mixture_change_on_resume"):
         train(compose_tiny(*mixture(tiny_corpus, change=5), f"ckpt_path={last_ckpt}"))
+
+
+def test_a_resumed_runs_sub_runs_purge_what_the_killed_run_logged_past_its_checkpoint(tmp_path):
+    from packlm.train.tensorboard import RunTensorBoard
+
+    def log(purge_step, steps):
+        board = RunTensorBoard(tmp_path, name="", version="", purge_step=purge_step)
+        for step in steps:
+            board.sub_writer("mixture_share").add_scalar("Mixture/web", step, global_step=step)
+        board.finalize("success")
+
+    log(None, range(8))  # killed after step 8, its checkpoint at step 4
+    log(4, range(4, 10))  # the resume logs steps 4.. again
+    acc = EventAccumulator(str(tmp_path / "mixture_share"), size_guidance={"scalars": 0})
+    acc.Reload()
+    steps = [e.step for e in acc.Scalars("Mixture/web")]
+    assert steps == list(range(10))

@@ -199,7 +199,7 @@ def test_each_epoch_logs_its_plan_statistics(prepared):
     for _, m in logged:
         stats = dm.plan_statistics(int(m["data/epoch"]))
         assert m["data/supervised_tokens"] == stats["supervised_tokens"]
-        assert m["data/source/0_a/samples"] + m["data/source/1_b/samples"] == stats["samples"]
+        assert m["data/source/a/samples"] + m["data/source/b/samples"] == stats["samples"]
 
 
 def test_tensorboard_gets_histograms(prepared, tmp_path):

@@ -3,6 +3,8 @@
 - `step_metrics.py`: `StepMetrics` logs loss, lr, grad norm, token counts and throughput.
 - `source_loss.py`: `SourceLosses`, the loss of each data source (train and validation) and
   the hardest validation documents.
+- `mixture_chart.py`: `MixtureChart`, a mixture's realized and scheduled share of each
+  source on one chart, every optimizer step.
 - `token_axis.py`: `SupervisedTokenAxis` logs the curves again against supervised tokens
   (the `Loss/` group TensorBoard opens first: `packlm.train.tensorboard.RunTensorBoard`).
 - `budget.py`: `SupervisedTokenBudget` stops after `train.max_supervised_tokens`.
@@ -16,7 +18,7 @@
 - `progress_lines.py`: `ProgressLines`, a plain progress line at an interval when no terminal
   shows the bar (a log file), and one line per validation.
 - `views/`: what TensorBoard shows of the data path (batch images, epoch tables, coverage,
-  a decoded row, HParams, text samples).
+  a decoded row, HParams, text samples, the source names' paths).
 """
 
 from packlm.callbacks.batch_hashes import BatchHashes
@@ -24,6 +26,7 @@ from packlm.callbacks.budget import SupervisedTokenBudget
 from packlm.callbacks.checkpointing import AtomicCheckpointIO, BestCheckpoint, LastCheckpoint
 from packlm.callbacks.finite_training import FiniteTraining
 from packlm.callbacks.graceful_stop import GracefulStop, TrainingStopped
+from packlm.callbacks.mixture_chart import MixtureChart
 from packlm.callbacks.progress_bar import (
     EpochProgressBar,
     RunProgressBar,
@@ -39,6 +42,7 @@ from packlm.callbacks.views import (
     BatchImages,
     EpochStatistics,
     HParams,
+    SourceTable,
     TextSamples,
     TrainingRowText,
 )
@@ -56,9 +60,11 @@ __all__ = [
     "GracefulStop",
     "HParams",
     "LastCheckpoint",
+    "MixtureChart",
     "ProgressLines",
     "ResumedSettings",
     "SourceLosses",
+    "SourceTable",
     "StepMetrics",
     "SupervisedTokenAxis",
     "SupervisedTokenBudget",

@@ -5,11 +5,8 @@ the loss already computed (`LitCausalLM.last_target_ce`; `packlm.model.source_lo
   train/loss): a source's sum of CE over its supervised targets in the whole optimizer step
   (every micro-batch of the accumulation cycle, every rank: one all-reduce of [3, sources])
   / its targets in the step. Only the logged steps are summed: the others cost nothing.
-  Under a mixture by share <name> is the source's mixture name (`name:` or its path's stem).
-- `mixture/<name>/share` and `mixture/<name>/target`, on the same steps, under a mixture by
-  share (`packlm.data.epoch.mixture`): the source's share of the step's supervised targets
-  (all ranks) and the schedule's share at the step (its first global batch), from the same
-  totals, so realized and asked-for shares sit in one chart section per run.
+  <name> is the source's one name in every tag (`packlm.config.sources.source_tag_names`:
+  its `name:`, else its path's stem). A mixture's shares: `packlm.callbacks.MixtureChart`.
 - `Loss/val_by_source/<name>`, after each validation: the same over the whole validation
   set, all ranks.
   Both only where the split's store has more than one source (several data.sources); the
@@ -39,13 +36,11 @@ import numpy as np
 from packlm.batch import DOCUMENT_KEY, SOURCE_KEY
 from packlm.callbacks.step_metrics import is_logging_step
 from packlm.callbacks.views.tensorboard import tensorboard_logger
-from packlm.config.mixture import mixture_names
-from packlm.data.epoch.mixture.allocation import Allocation, Q
+from packlm.config.sources import split_source_names
 from packlm.model.source_loss import GroupTotals, group_losses
 
 TRAIN = "Loss/train_by_source/"
 VAL = "Loss/val_by_source/"
-MIXTURE = "mixture/"
 HARDEST = "validation/hardest_documents"
 EXCERPT = 80  # characters of a hardest document's text shown
 
@@ -66,27 +61,23 @@ class SourceLosses(L.Callback):
         self._val: GroupTotals | None = None
         self._docs: GroupTotals | None = None
         self._seen_step = -1
-        self._mixture: tuple[list[str], Allocation, int] | None = None  # names, rows, accumulate
 
     def _store(self, trainer: L.Trainer, split: str) -> Any:
         datamodule = getattr(trainer, "datamodule", None)
         return datamodule.store(split) if hasattr(datamodule, "store") else None
 
+    def _names(self, trainer: L.Trainer, split: str, store: Any) -> list[str]:
+        """The tag names of the split store's sources (`split_source_names`)."""
+        data = getattr(getattr(trainer, "datamodule", None), "data", None)
+        return split_source_names(data, split, list(store.source_names))
+
     # --- training -------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._seen_step = trainer.global_step  # a resumed run starts past its checkpoint
-        datamodule = getattr(trainer, "datamodule", None)
-        if getattr(datamodule, "mixture", False):  # a mixture's sources go by their names
-            rows = datamodule.data.batch_size * trainer.world_size
-            accumulate = trainer.accumulate_grad_batches
-            allocation = Allocation.of(datamodule.data, rows, accumulate)
-            self.train_sources = mixture_names(datamodule.data)
-            self._mixture = (self.train_sources, allocation, accumulate)
         if self.train_sources is None and (store := self._store(trainer, "train")) is not None:
-            self.train_sources = list(store.source_names)
+            self.train_sources = self._names(trainer, "train", store)
         many = self.train_sources is not None and len(self.train_sources) > 1
         self._train = GroupTotals(len(self.train_sources)) if many else None
-        self._mixture = self._mixture if many else None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         done = trainer.global_step != self._seen_step  # this micro-batch ended a step
@@ -100,8 +91,6 @@ class SourceLosses(L.Callback):
         if done:
             totals = self._train.take(_sum(trainer), pl_module.device)
             logs = _named(TRAIN, self.train_sources, group_losses(totals))
-            if self._mixture is not None:
-                logs |= mixture_shares(totals, *self._mixture, trainer.global_step - 1)
             pl_module.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
 
     # --- validation -----------------------------------------------------------------------
@@ -112,7 +101,7 @@ class SourceLosses(L.Callback):
         store = self.val_store if self.val_store is not None else self._store(trainer, "val")
         self.val_store = store
         if self.val_sources is None and store is not None:
-            self.val_sources = list(store.source_names)
+            self.val_sources = self._names(trainer, "val", store)
         if self.val_sources is not None and len(self.val_sources) > 1:
             self._val = GroupTotals(len(self.val_sources))
         if self.hardest > 0 and store is not None and tensorboard_logger(trainer) is not None:
@@ -164,21 +153,6 @@ class SourceLosses(L.Callback):
 
 def _sum(trainer: L.Trainer):
     return partial(trainer.strategy.reduce, reduce_op="sum")
-
-
-def mixture_shares(
-    totals: Any, names: list[str], allocation: Allocation, accumulate: int, step: int
-) -> dict[str, float]:
-    """`mixture/<name>/share` (of the step's supervised targets) and `/target` (the schedule's
-    share at optimizer step `step`) of each source."""
-    targets = totals[1].double()  # [n] supervised targets of each source in the step
-    share = (targets / targets.sum().clamp(min=1)).tolist()
-    target = (allocation.parts(np.asarray([step * accumulate]))[0] / Q).tolist()
-    out = {}
-    for name, got, want in zip(names, share, target, strict=True):
-        out[f"{MIXTURE}{name}/share"] = got
-        out[f"{MIXTURE}{name}/target"] = want
-    return out
 
 
 def _named(prefix: str, names: list[str], losses: list[float | None]) -> dict[str, float]:

@@ -8,7 +8,9 @@ clock pauses for dataloader start-up and validation). Under data.curriculum the 
 window and stride are logged too (`data/window`, `data/stride`).
 
 `tokens/supervised_by_source/<name>`: the supervised tokens trained from each store source
-so far, read against the mixture's weights; counted from each batch's `source_ids` (built by
+so far (<name>: the source's one name in every tag, `packlm.config.sources.source_tag_names`;
+the checkpoint keeps them by the store's own names, its sources' paths), read against the
+mixture's weights; counted from each batch's `source_ids` (built by
 the loader's workers, `packlm.batch`) on the device without a host sync, summed over the
 ranks once per optimizer step, kept in the checkpoint; they sum exactly to tokens/supervised.
 """
@@ -22,6 +24,7 @@ import lightning as L
 import torch
 
 from packlm.batch import IGNORE_INDEX, SOURCE_KEY
+from packlm.config.sources import split_source_names
 from packlm.model.loss import COUNTS
 
 BY_SOURCE = "tokens/supervised_by_source/"
@@ -33,6 +36,7 @@ class StepMetrics(L.Callback):
         self._seen_step = -1  # the global step whose totals were counted last
         self._since_log = dict.fromkeys(("seconds", *COUNTS), 0.0)
         self.source_names: list[str] | None = None  # the training store's sources
+        self.tag_names: list[str] | None = None  # their names in the tags (None: the same)
         self._by_source: torch.Tensor | None = None  # int64 [sources]: all ranks, so far
         self._pending: torch.Tensor | None = None  # this rank's, since the last step
         self._restored: dict[str, int] = {}  # a checkpoint's counts
@@ -42,6 +46,8 @@ class StepMetrics(L.Callback):
         datamodule = getattr(trainer, "datamodule", None)
         if self.source_names is None and hasattr(datamodule, "store"):
             self.source_names = list(datamodule.store("train").source_names)
+            data = getattr(datamodule, "data", None)
+            self.tag_names = split_source_names(data, "train", self.source_names)
 
     def state_dict(self) -> dict[str, Any]:
         if self._by_source is None:
@@ -72,8 +78,8 @@ class StepMetrics(L.Callback):
     def _source_logs(self) -> dict[str, float]:
         if self._by_source is None:
             return {}
-        counts = self._by_source.tolist()
-        return {BY_SOURCE + n: float(c) for n, c in zip(self.source_names, counts, strict=True)}
+        counts, names = self._by_source.tolist(), self.tag_names or self.source_names
+        return {BY_SOURCE + n: float(c) for n, c in zip(names, counts, strict=True)}
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._t_last = None  # don't count dataloader start-up as step time

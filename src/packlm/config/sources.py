@@ -3,10 +3,12 @@
 The data path reads its path and weight through `source_path` and `source_weight`, a
 mixture's share and name through `source_share` and `source_name` (`packlm.config.mixture`);
 `check_source_entry` is its validation, naming the entry's key (`data.sources[2].weight`).
+`source_tag_names` is each source's one name in every TensorBoard tag and table.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -44,6 +46,32 @@ def source_name(entry: Any) -> str:
     if plain[-1] < len(parts) - 1:  # a glob below it: the folder's name
         return last
     return last.split(".", 1)[0] or last
+
+
+def source_tag_names(entries: Any) -> list[str]:
+    """Each source's name in TensorBoard tags (`Loss/train_by_source/<name>`, `Mixture/<name>`,
+    `data/source/<name>` ...): its `source_name`, with `/` and whitespace as `_` (a `/` would
+    open a tag group of its own). Two sources with one name (a mixture refuses that: its
+    schedule names them) are told apart by their entry index: `a/web.jsonl`, `b/web.jsonl`
+    -> `web_0`, `web_1`."""
+    names = [re.sub(r"[\s/]+", "_", source_name(e)) for e in entries]
+    out = [f"{n}_{i}" if names.count(n) > 1 else n for i, n in enumerate(names)]
+    while len(set(out)) < len(out):  # a suffixed name met a given one (`web_1` and web, web)
+        out = [f"{n}_{i}" if out.count(n) > 1 else n for i, n in enumerate(out)]
+    return out
+
+
+def split_source_names(data: Any, split: str, store_names: list[str]) -> list[str]:
+    """The tag names of a split's store sources (`store_names`, in store order: the entries'
+    paths): of data.val_sources for an explicit validation split, else of data.sources (the
+    hash split shares them); a store that does not match the config (a test's own) by its
+    own names."""
+    entries = getattr(data, "sources", None) or []
+    if split == "val" and getattr(data, "val_sources", None):
+        entries = data.val_sources
+    if len(entries) != len(store_names):
+        entries = store_names
+    return source_tag_names(entries)
 
 
 def source_weight(entry: Any) -> float:

@@ -2,17 +2,19 @@
 and the warning when Lightning would cut an epoch.
 
 The full table is `packlm.callbacks.EpochStatistics`; these are the numbers worth a curve
-(`data/...`, per source `data/source/<index>_<name>/...`).
+(`data/...`, per source `data/source/<name>/...`, <name> the source's one name in every tag:
+`packlm.config.sources.source_tag_names`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 from typing import Any
 
 import lightning as L
+
+from packlm.config.sources import split_source_names
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +27,11 @@ def log_plan_statistics(trainer: L.Trainer, stats: dict[str, Any]) -> None:
     """Write one epoch's statistics at the current global step."""
     step = trainer.global_step
     scalars = {f"data/{k}": float(stats[k]) for k in EPOCH_LINES}
-    for index, (name, counts) in enumerate(stats.get("sources", {}).items()):
-        tag = f"data/source/{tag_name(index, name)}"
+    sources = stats.get("sources", {})
+    data = getattr(getattr(trainer, "datamodule", None), "data", None)
+    names = split_source_names(data, "train", list(sources))
+    for name, counts in zip(names, sources.values(), strict=True):
+        tag = f"data/source/{name}"
         scalars.update({f"{tag}/{k}": float(counts[k]) for k in SOURCE_LINES})
     for logger in trainer.loggers:
         logger.log_metrics(scalars, step=step)
@@ -38,12 +43,6 @@ def log_plan_statistics(trainer: L.Trainer, stats: dict[str, Any]) -> None:
                         f"data/{name}", h.min, h.max, h.num, h.sum, h.sum_squares,
                         h.edges[1:].tolist(), h.counts.tolist(), global_step=step,
                     )  # fmt: skip
-
-
-def tag_name(index: int, name: str) -> str:
-    """A short TensorBoard-safe name for a source: `1_c.jsonl` for `/long/path/c.jsonl`."""
-    leaf = name.rstrip("/").rsplit("/", 1)[-1] or name
-    return f"{index}_" + re.sub(r"[^A-Za-z0-9_.*-]+", "_", leaf).strip("_")
 
 
 def check_epoch_length(trainer: L.Trainer, sampler: Any, epoch: int) -> None:

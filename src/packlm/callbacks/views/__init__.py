@@ -8,13 +8,22 @@
    unsupervised spans marked.
 4. `hparams.py`: `HParams`, one HParams row per run with the columns a sweep compares.
 5. `text_samples.py`: `TextSamples`, text generated after each validation.
-6. `render.py`: the matplotlib drawing they share; `tensorboard.py`: the run's TensorBoard logger.
+6. `source_table.py`: `SourceTable`, which path each source name in the tags stands for.
+7. `render.py`: the matplotlib drawing they share; `tensorboard.py`: the run's TensorBoard logger.
 """
 
 from packlm.callbacks.views.batch_images import BatchImages
 from packlm.callbacks.views.epoch_statistics import EpochStatistics
 from packlm.callbacks.views.hparams import HParams
 from packlm.callbacks.views.row_text import TrainingRowText
+from packlm.callbacks.views.source_table import SourceTable
 from packlm.callbacks.views.text_samples import TextSamples
 
-__all__ = ["BatchImages", "EpochStatistics", "HParams", "TextSamples", "TrainingRowText"]
+__all__ = [
+    "BatchImages",
+    "EpochStatistics",
+    "HParams",
+    "SourceTable",
+    "TextSamples",
+    "TrainingRowText",
+]
