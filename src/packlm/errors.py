@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 import sys
@@ -11,9 +12,32 @@ from contextlib import contextmanager
 
 from omegaconf.errors import MissingMandatoryValue
 
+MAX_MESSAGE = 400
+"""The longest error line packlm prints (characters after `error: `): a message quoting a
+50 MB value (a line of merges.txt, a pasted corpus as a key's value) is cut in its middle."""
+
 
 class ConfigError(ValueError):
     """An invalid configuration value; the message starts with the full key name."""
+
+
+def bounded(message: str, limit: int = MAX_MESSAGE) -> str:
+    """`message` itself when at most `limit` characters, else its start (the key or file it
+    names) and end (what is wrong) around `... [N characters cut] ...`."""
+    if len(message) <= limit:
+        return message
+    head = limit * 3 // 5
+    tail = limit - head - 40  # room for the marker
+    cut = len(message) - head - tail
+    return f"{message[:head]} ... [{cut:,} characters cut] ... {message[-tail:]}"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse for packlm's commands: a wrong argument is one bounded `error: ...` line and
+    exit 2 (argparse's own: the usage, then `prog: error: ...`, quoting the value whole)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {bounded(message)} (see {self.prog} --help)\n")
 
 
 def write_error(e: OSError, what: str, elsewhere: str, then: str = "") -> OSError:
@@ -37,5 +61,5 @@ def one_line_errors(*errors: type[BaseException]) -> Iterator[None]:
         message = str(e)
         if isinstance(e, MissingMandatoryValue) and getattr(e, "full_key", None):
             message = f"{e.full_key}: missing; give it on the command line ({e.full_key}=...)"
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {bounded(message)}", file=sys.stderr)
         raise SystemExit(2 if isinstance(e, ConfigError | MissingMandatoryValue) else 1) from None

@@ -116,15 +116,19 @@ def test_cfg_job_refuses_what_a_run_refuses():
 
 
 def test_cfg_check_passes_a_valid_config(capsys):
-    from packlm.train.shown_config import check_shown_config
+    from packlm.config.precheck import precheck, validate_train
 
-    check_shown_config(["--cfg", "job", "data.window=64"])  # no exit
-    check_shown_config(["-m", "--cfg", "job", "data.packing=zip,none"])  # a sweep: Hydra's
-    check_shown_config(["data.packing=zip"])  # not --cfg: the run refuses it itself
-    with pytest.raises(SystemExit) as exited:
-        check_shown_config(["-c", "job", "model.n_head=3"])
-    assert exited.value.code == 2
-    assert capsys.readouterr().err.startswith("error: model.")
+    def check(*argv: str) -> None:
+        precheck("config", validate_train, list(argv))
+
+    check("--cfg", "job", "data.window=64")  # no exit
+    check("-m", "--cfg", "job", "data.packing=none,document")  # each value of a sweep
+    for argv in (["-c", "job", "model.n_head=3"], ["-m", "data.packing=none,zip"]):
+        with pytest.raises(SystemExit) as exited:  # with or without --cfg, in a sweep too
+            check(*argv)
+        assert exited.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("error: model.") and err[1].startswith("error: data.packing='zip'")
 
 
 # --- the progress bar's total ------------------------------------------------------------------

@@ -14,19 +14,17 @@ An entry a live run holds is never removed: `remove` refuses it, naming the run 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from packlm.cache import DEFAULT_CACHE_DIR
 from packlm.cache.hold import EntryInUse, holders, in_use_message
 from packlm.commands.cache_inventory import Entry, entries, remove
+from packlm.errors import OneLineParser, bounded
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m packlm.cache", description=__doc__.split("\n")[0]
-    )
+    parser = OneLineParser(prog="python -m packlm.cache", description=__doc__.split("\n")[0])
     parser.add_argument("--cache-dir", default=os.environ.get("PACKLM_CACHE", DEFAULT_CACHE_DIR))
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("list", help="every entry (the default)")
@@ -42,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "prune" and args.unused_days is None and args.max_gb is None:
         parser.exit(2, "error: prune needs --unused-days N, --max-gb G or both\n")
+    for flag in ("unused_days", "max_gb"):
+        value = getattr(args, flag, None)
+        if value is not None and not 0 <= value < float("inf"):  # NaN fails too
+            parser.error(f"--{flag.replace('_', '-')} {value}: must be a number >= 0")
 
     found = entries(args.cache_dir)
     if args.command in (None, "list"):
@@ -53,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
             matches = [e for e in found if e.name.startswith(name)]
             if len(matches) != 1:
                 which = "no entry" if not matches else f"{len(matches)} entries"
-                parser.exit(2, f"error: {name!r}: {which} in {args.cache_dir} by that name\n")
+                parser.exit(
+                    2, f"error: {bounded(repr(name))}: {which} in {args.cache_dir} by that name\n"
+                )
             chosen += matches
     else:
         chosen = prune_choice(found, args.unused_days, args.max_gb)

@@ -9,7 +9,6 @@ the HParams row the run wrote and, for Hydra jobs, from `.hydra/overrides.yaml`.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from packlm.errors import OneLineParser, bounded
 import yaml
 
 if TYPE_CHECKING:
@@ -219,16 +220,14 @@ def compare(paths: list[str | Path], out: str | Path | None = None) -> tuple[str
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m packlm.compare", description=__doc__.split("\n")[0]
-    )
+    parser = OneLineParser(prog="python -m packlm.compare", description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="+", help="a multirun directory or run directories")
     parser.add_argument("--out", help="the PNG to write (default: <first path>/compare.png)")
     args = parser.parse_args(argv)
     try:
         text, png = compare(args.paths, args.out)
     except NoRunsError as e:
-        sys.exit(f"error: {e}")  # one line, exit 1, as every command
+        sys.exit(f"error: {bounded(str(e))}")  # one line, exit 1, as every command
     print(text)
     print(f"\nval/bpb against supervised tokens: {png}")
 

@@ -38,6 +38,7 @@ from omegaconf.errors import MissingMandatoryValue
 from tqdm import tqdm  # not tqdm.auto: in Jupyter without ipywidgets it warns at import
 
 from packlm.config.help import exit_if_help
+from packlm.config.precheck import precheck
 from packlm.config.schema import CONFIG_DIR
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
@@ -268,6 +269,20 @@ def main(cfg: DictConfig) -> None:
     sys.stdout.write("\n")
 
 
+def check_config(cfg: DictConfig) -> None:
+    """The precheck's validation of evaluate's own keys (the checkpoint's data keys are
+    checked against it once it is read)."""
+    if not isinstance(cfg.get("per_document"), bool):
+        raise ConfigError(f"per_document={cfg.get('per_document')!r}: must be true or false")
+    for key, low in (("data.batch_size", 1), ("data.window", 1), ("per_document_stride", 1)):
+        value = OmegaConf.select(cfg, key)
+        if key != "data.batch_size" and value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ConfigError(f"{key}={value!r}: must be a positive integer")
+
+
 if __name__ == "__main__":
     exit_if_help("evaluate")
+    precheck("evaluate", check_config)
     main()

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
 from packlm.config.help import exit_if_help
+from packlm.config.precheck import precheck
 from packlm.config.schema import CONFIG_DIR
 from packlm.errors import ConfigError, one_line_errors
 
@@ -34,7 +35,8 @@ def generate(
     from packlm.model.sampling import sample_text
     from packlm.model.transformer import Transformer
 
-    check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed, device)
+    check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed)
+    check_device(device)
     checkpoint = load_checkpoint(ckpt_path)  # clear errors naming ckpt_path
     model = Transformer(checkpoint.model)
     model.load_state_dict(checkpoint.weights)
@@ -55,10 +57,10 @@ def generate(
     ]
 
 
-def check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed, device) -> None:
-    """Refuse meaningless options before the checkpoint is read: a negative or zero
-    `max_new_tokens` used to print the prompt and exit 0, a NaN temperature to sample noise."""
-    import torch
+def check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed) -> None:
+    """Refuse meaningless options before the checkpoint is read (and, from the precheck,
+    before torch is imported): a negative or zero `max_new_tokens` used to print the prompt
+    and exit 0, a NaN temperature to sample noise."""
 
     def integer(value) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
@@ -76,6 +78,12 @@ def check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed,
         raise ConfigError(f"top_k={top_k!r}: must be a positive integer or null (no top-k)")
     if not integer(seed) or not 0 <= seed < 2**63:
         raise ConfigError(f"seed={seed!r}: must be an integer from 0 to 2**63 - 1")
+
+
+def check_device(device) -> None:
+    """A torch device this machine has (torch itself says which names exist)."""
+    import torch
+
     try:
         kind = torch.device(device).type
     except (RuntimeError, TypeError):
@@ -98,6 +106,13 @@ def main(cfg: DictConfig) -> None:
     print("\n\n---\n\n".join(texts))
 
 
+def check_config(cfg: DictConfig) -> None:
+    """The precheck's validation: every option but the device (torch's to judge)."""
+    check_options(cfg.prompt, cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.num_samples,
+                  cfg.seed)  # fmt: skip
+
+
 if __name__ == "__main__":
     exit_if_help("generate")
+    precheck("generate", check_config)
     main()

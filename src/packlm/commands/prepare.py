@@ -27,6 +27,7 @@ from tqdm import tqdm  # not tqdm.auto: in Jupyter without ipywidgets it warns a
 
 from packlm.config.data import DataConfig
 from packlm.config.help import exit_if_help
+from packlm.config.precheck import precheck
 from packlm.config.schema import CONFIG_DIR
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.prepared import PreparedData, prepare_stores
@@ -139,6 +140,13 @@ def logs_to_stderr() -> None:
             handler.setStream(sys.stderr)
 
 
+def check_config(cfg: DictConfig) -> None:
+    """The precheck's validation: the groups prepare reads."""
+    DataConfig.from_mapping(cfg.data)
+    TokenizerConfig.from_mapping(cfg.tokenizer)
+
+
 if __name__ == "__main__":
     exit_if_help("prepare")
+    precheck("tools", check_config)
     main()

@@ -25,6 +25,7 @@ from packlm.commands.prepare import logs_to_stderr
 from packlm.config.data import DataConfig
 from packlm.config.help import exit_if_help
 from packlm.config.model import ModelConfig
+from packlm.config.precheck import precheck
 from packlm.config.schema import CONFIG_DIR
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.epoch.statistics import to_json
@@ -32,6 +33,23 @@ from packlm.data.plans import EpochPlans
 from packlm.data.store.sources.document import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
+
+
+def stats_epochs(cfg: DictConfig) -> int:
+    """`+epochs=N` (or `+stats_epochs=N`): a positive integer, else a ConfigError naming it."""
+    key = "epochs" if "epochs" in cfg else "stats_epochs"
+    value = cfg.get(key, 1)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"+{key}={value!r}: must be a positive integer (epochs described)")
+    return value
+
+
+def check_config(cfg: DictConfig) -> None:
+    """The precheck's validation: the groups a plan depends on, and the epochs asked."""
+    model = ModelConfig.from_mapping(cfg.model)
+    DataConfig.from_mapping(cfg.data).validate(model_context=model.context_length)
+    TokenizerConfig.from_mapping(cfg.tokenizer)
+    stats_epochs(cfg)
 
 
 def statistics(cfg: DictConfig, epochs: int = 1) -> dict:
@@ -63,11 +81,12 @@ def main(cfg: DictConfig) -> None:
     HYDRA_FULL_ERROR=1 shows the traceback."""
     logs_to_stderr()  # keep stdout pure JSON
     with one_line_errors(ConfigError, SourceError, StoreError, OSError):
-        epochs = int(cfg.get("epochs", cfg.get("stats_epochs", 1)))
+        epochs = stats_epochs(cfg)
         json.dump(statistics(cfg, epochs), sys.stdout, indent=2)
     sys.stdout.write("\n")
 
 
 if __name__ == "__main__":
     exit_if_help("stats")
+    precheck("tools", check_config)
     main()

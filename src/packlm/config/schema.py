@@ -25,7 +25,7 @@ from packlm.config.data import DataConfig
 from packlm.config.group import ConfigGroup
 from packlm.config.model import ModelConfig, OptimConfig
 from packlm.config.tokenizer import TokenizerConfig
-from packlm.config.trainer import TrainerConfig, TrainerSchema
+from packlm.config.trainer import SIGNATURE_CHECKS, TrainerConfig, TrainerSchema
 from packlm.errors import ConfigError
 
 # conf/ at the top of the project (src/packlm/config/schema.py -> ../../../conf); PACKLM_CONFIG_DIR overrides.
@@ -222,10 +222,16 @@ class Validated:
     train: TrainConfig
 
 
-def validate_config(cfg: DictConfig) -> Validated:
-    """Every group checked, cross-group constraints too; raises ConfigError naming the key."""
+def validate_config(cfg: DictConfig, lightning: bool = True) -> Validated:
+    """Every group checked, cross-group constraints too; raises ConfigError naming the key.
+    `lightning=False`: without the checks against the Trainer's signature, which import
+    Lightning (the precheck of `python train.py`; the run makes them)."""
     model = ModelConfig.from_mapping(cfg.model)
-    trainer = TrainerSchema.from_mapping(cfg.trainer)
+    checks = SIGNATURE_CHECKS.set(lightning)
+    try:
+        trainer = TrainerSchema.from_mapping(cfg.trainer)
+    finally:
+        SIGNATURE_CHECKS.reset(checks)
     train = TrainConfig.from_mapping(cfg.train)
     if (
         trainer.max_steps <= 0

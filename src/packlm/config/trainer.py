@@ -13,6 +13,7 @@ defaults reach the Trainer, so it prints no "was configured so ..." notes for de
 from __future__ import annotations
 
 import ast
+import contextvars
 import datetime
 import importlib.util
 import inspect
@@ -36,6 +37,11 @@ OWNED = {
     "default_root_dir": "the run directory is hydra.run.dir",
 }
 """Trainer arguments packlm sets itself, with the reason (an error names it when set)."""
+
+
+SIGNATURE_CHECKS = contextvars.ContextVar("trainer_signature_checks", default=True)
+"""False while `packlm.config.precheck` validates a config before Lightning is imported: the
+values are then checked against the Trainer's annotations when the run validates it again."""
 
 
 def trainer_parameters() -> dict[str, inspect.Parameter]:
@@ -121,7 +127,7 @@ class TrainerConfig(ConfigGroup):
 
     def validate(self) -> TrainerConfig:
         """Raise ConfigError naming the key of the first invalid value; returns self."""
-        params = trainer_parameters()
+        params = trainer_parameters() if SIGNATURE_CHECKS.get() else {}
         for key, value in asdict(self).items():
             if key == "precision" and value == "auto":
                 continue  # packlm's own choice, resolved by trainer_kwargs

@@ -9,10 +9,11 @@
 5. `ddp_hydra.py`: one job of a sweep launches its own DDP ranks and cleans up after them.
 6. `report.py`: what the terminal shows (data counts, the model's size, the final summary).
 7. `allocator.py`: the opt-in `train.keep_freed_memory` (glibc's malloc thresholds).
-8. `shown_config.py`: `--cfg` validates the config it prints.
 
-`main` answers `--help` and checks `--cfg` before torch and Lightning are imported (tens of
-seconds on a busy machine); `train` is job.py's, imported on first use.
+`main` answers `--help` and checks the command line (`packlm.config.precheck`: unknown keys
+and options, types, values, credentials in URLs; `--cfg` prints only a config a run accepts)
+before torch and Lightning are imported (tens of seconds on a busy machine) and before Hydra
+writes the run folder; `train` is job.py's, imported on first use.
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ __all__ = ["main", "train"]
 
 
 def main(cfg: Any = None) -> Any:
-    """`python train.py`: the help and `--cfg` without the heavy imports, else job.py's main
-    (Hydra's entry point; given a composed `cfg`, called as Hydra would)."""
+    """`python train.py`: the help and the config's check without the heavy imports, else
+    job.py's main (Hydra's entry point; given a composed `cfg`, called as Hydra would)."""
     if cfg is None:
         from packlm.config.help import exit_if_help
-        from packlm.train.shown_config import check_shown_config
+        from packlm.config.precheck import precheck, validate_train
 
         exit_if_help("train")
-        check_shown_config()
+        precheck("config", validate_train)
     from packlm.train.job import main as job_main
 
     if cfg is None:

@@ -23,6 +23,7 @@ from packlm.commands.export.output import MARKER, destination, output_dir
 from packlm.commands.prepare import logs_to_stderr
 from packlm.config.data import DataConfig
 from packlm.config.help import exit_if_help
+from packlm.config.precheck import precheck
 from packlm.config.schema import CONFIG_DIR, PackLMConfig
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.token_store import StoreError
@@ -119,4 +120,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     exit_if_help("export", ExportConfig)
+    precheck("export")
     main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import sys
@@ -99,6 +100,44 @@ def show_why() -> None:
         logger.setLevel(logging.INFO)
 
 
+KEYS = {"step": 0, "epoch": 0, "batch": 0, "rank": 0, "world": 1}
+"""trace's integer arguments and the least value each takes."""
+
+
+def arguments(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """({key: int, "json": bool}, paths) of the command line; ConfigError naming a wrong one
+    (an unknown key with the closest one, a value that is not an integer or is too small)."""
+    opts: dict[str, Any] = {}
+    paths = []
+    for a in argv:
+        if a == "--json":
+            opts["json"] = True
+            continue
+        if "=" not in a:
+            paths.append(a)
+            continue
+        key, _, value = a.partition("=")
+        key = key.lstrip("+")
+        if key == "json":
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ConfigError(f"json={value!r}: must be true or false")
+            opts["json"] = value.lower() in ("true", "1", "yes")
+        elif key in KEYS:
+            try:
+                opts[key] = int(value)
+            except ValueError:
+                raise ConfigError(f"{key}={value!r}: must be an integer") from None
+            if opts[key] < KEYS[key]:
+                raise ConfigError(f"{key}={value}: must be >= {KEYS[key]}")
+        else:
+            near = difflib.get_close_matches(key, [*KEYS, "json"], n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise ConfigError(f"{key}: unknown argument{hint}; {USAGE}")
+    if len(paths) != 1 or not ("step" in opts or "batch" in opts):
+        raise ConfigError(USAGE)
+    return opts, paths
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     from packlm.data.store.sources import SourceError
@@ -109,21 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{USAGE}\n\n{HELP}")
         return 0
     with one_line_errors(ConfigError, OSError, SourceError, StoreError):
-        opts, paths = {}, []
-        for a in argv:
-            if a == "--json":
-                opts["json"] = "true"
-            elif "=" in a:
-                k, _, v = a.partition("=")
-                opts[k.lstrip("+")] = v
-            else:
-                paths.append(a)
-        unknown = set(opts) - {"step", "epoch", "batch", "rank", "world", "json"}
-        if len(paths) != 1 or unknown or not ("step" in opts or "batch" in opts):
-            raise ConfigError(
-                USAGE + (f" (unknown: {', '.join(sorted(unknown))})" if unknown else "")
-            )
-        ints = {k: int(v) for k, v in opts.items() if k != "json"}
+        ints, paths = arguments(argv)
         show_why()
         tracer = tracer_of(paths[0], ints.get("world"))
         if "step" in ints:
@@ -138,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             where = [(ints.get("epoch", 0), ints["batch"])]
         traces = [tracer.batch(e, b, ints.get("rank")) for e, b in where]
-        if opts.get("json", "false").lower() in ("1", "true", "yes"):
+        if ints.get("json"):
             json.dump(traces, sys.stdout, indent=1)
             sys.stdout.write("\n")
         else:

@@ -11,8 +11,9 @@ reads the same.
   offset reached, up to `RETRIES` times, each logged.
 - Credentials are the filesystem's own (for S3: AWS_* environment variables, AWS_PROFILE and
   the profile files, AWS_ENDPOINT_URL for an S3-compatible server); packlm never sees them,
-  so no config, log or checkpoint can hold them. A URL carrying a password, key, token or
-  signature (a presigned URL) is refused: data.sources is saved with the run.
+  so no config, log or checkpoint can hold them. A URL carrying a user or password part, or a
+  token, key or signature (a presigned URL) is refused (`packlm.config.credentials`):
+  data.sources is saved with the run.
 """
 
 from __future__ import annotations
@@ -25,15 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+from packlm.config import credentials
 from packlm.data.store.sources.document import SourceError
 
 log = logging.getLogger(__name__)
 
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-SECRET_QUERY = re.compile(
-    r"[?&][^=&]*(signature|sig|token|key|credential|password|secret)[^=&]*=", re.I
-)
-"""A query parameter of a presigned or tokenized URL (X-Amz-Signature=, sig=, token=)."""
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "hf": "hf"}
 """Scheme -> the packlm extra installing its filesystem (any other scheme: "remote")."""
 VERSION_FIELDS = ("VersionId", "generation", "ETag", "etag", "md5Hash", "blob_id")
@@ -56,10 +54,7 @@ def filesystem(url: str, key: str) -> tuple[Any, str]:
     scheme = url.split("://", 1)[0].lower()
     extra = EXTRAS.get(scheme, "remote")
     install = f'pip install -e ".[{extra}]"'
-    if re.match(r"^[^/]*://[^/@]*:[^/@]*@", url) or SECRET_QUERY.search(url):
-        raise SourceError(f"{key}: the URL holds a password, key or signature; give "
-                          "credentials through the environment or profile files, never in "
-                          "data.sources (it is saved with the run)")  # fmt: skip
+    credentials.check_text(key, url)  # the precheck refused it already; train(cfg) too
     try:
         import fsspec
     except ImportError:
