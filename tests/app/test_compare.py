@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from helpers.runs import tiny_overrides
-from packlm.commands.compare import compare, main
+from packlm.commands.compare import compare, figure, log_steps, main, read_run
 from packlm.config.schema import CONFIG_DIR
 from packlm.train import train
 
@@ -84,7 +85,8 @@ def test_compare_has_one_row_per_job_with_what_the_sweep_varied(sweep, tmp_path)
         assert float(row[4]) > 0  # wall time
         assert row[5] == f"{m['val/loss']:.4f}" and row[6] == f"{m['val/bpb']:.4f}"
         val = events_of(root / row[0]).Scalars("val/loss")
-        assert len(val) == 2 and int(row[7]) == min(val, key=lambda e: e.value).step
+        # the log's step: the validation after step k is at TensorBoard's index k-1
+        assert len(val) == 2 and int(row[7]) == min(val, key=lambda e: e.value).step + 1
     image = np.asarray(Image.open(png))
     assert image.shape[0] > 100 and image.shape[1] > 100
 
@@ -96,3 +98,45 @@ def test_compare_cli_prints_the_table_and_names_a_path_without_runs(sweep, tmp_p
     assert "0_stride=16" in out and "1_stride=32" in out and (tmp_path / "c.png").is_file()
     with pytest.raises(SystemExit, match="no run below it"):
         main([str(tmp_path)])
+
+
+def test_best_step_is_the_step_the_log_said(sweep):
+    root, _ = sweep
+    # the log said "validation at step 3" and "... at step 6"; TensorBoard has them at 2, 5
+    row = read_run(root / "0_stride=16")
+    assert [e.step for e in events_of(root / "0_stride=16").Scalars("val/loss")] == [2, 5]
+    assert list(row["curve steps"]) == [3, 6] and row["best step"] in (3, 6)
+
+
+@pytest.mark.parametrize(
+    ("val", "train", "steps"),
+    [
+        ([2, 5], [0, 1, 2, 3, 4, 5], [3, 6]),  # inside fit: index k-1
+        ([2, 5], [0, 1, 2, 3, 4], [3, 5]),  # trainer.validate after 5 steps: index 5
+        ([9], [], [10]),  # no training curve read: inside fit
+    ],
+)
+def test_log_steps_of_validations(val, train, steps):
+    got = log_steps(np.array(val, dtype=np.int64), np.array(train, dtype=np.int64))
+    assert got.tolist() == steps
+
+
+def test_one_validation_per_job_reads_as_labelled_points_on_plain_token_counts():
+    rows = [
+        {
+            "run": Path(f"{j}_stride={s}"),
+            "settings": {"data.stride": str(s)},
+            "curve": (np.array([40948 + 2 * j]), np.array([1.5 - 0.01 * j])),
+            "curve steps": np.array([10]),
+        }
+        for j, s in enumerate((32, 64, 128))
+    ]
+    fig = figure(rows)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert ax.xaxis.get_offset_text().get_text() == ""  # no "+4.095e4" offset
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert len(labels) >= 2 and all(re.fullmatch(r"\d{1,3}(,\d{3})*", x) for x in labels)
+    assert all(".0" not in x for x in labels)
+    notes = sorted(t.get_text() for t in ax.texts)
+    assert notes == ["stride=128, step 10", "stride=32, step 10", "stride=64, step 10"]

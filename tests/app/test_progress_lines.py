@@ -24,8 +24,14 @@ def test_without_a_terminal_a_run_logs_progress_validations_and_its_summary(tiny
     steps = re.findall(r"step (\d+)/(\d+) \| epoch 0 \| loss [\d.]+ \| [\d,]+ tokens/s \| "
                        r"[\d,]+ supervised tokens \| [\d:]+ elapsed, ETA [\d:]+", console)  # fmt: skip
     assert steps == [("2", "6"), ("4", "6"), ("6", "6")]  # every 2 steps, of the bar's total
-    validations = re.findall(r"validation at step (\d+): val/loss [\d.]+, val/bpb [\d.]+", console)
-    assert validations == ["3", "6"]
+    validations = re.findall(
+        r"validation at step (\d+): val/loss [\d.]+, val/bpb [\d.]+ \(took \d+\.\d s\)", console
+    )
+    assert validations == ["3", "6"]  # with how long each took
+    # and when each started: a large validation set is otherwise minutes of silence
+    started = re.findall(r"validating at step (\d+) \((\d+) batches\) \.\.\.", console)
+    assert [s for s, _ in started] == ["3", "6"] and all(int(n) > 0 for _, n in started)
+    assert console.index("validating at step 3") < console.index("validation at step 3:")
 
     job_log = (run / "job.log").read_text()
     assert re.findall(r"validation at step (\d+):", job_log) == ["3", "6"]

@@ -6,8 +6,10 @@ nothing between the model line and the summary. Without a terminal, `ProgressLin
 the line nanoGPT and torchtitan print, every `train.progress_every_seconds` and/or
 `train.progress_every_n_steps`: step/total (the total the bar uses:
 `progress_bar.run_batches_left`), epoch, train loss, tokens/s, supervised tokens, elapsed, ETA.
-Every validation logs one line (step, val/loss, val/bpb), in a terminal too. They go through
-Python logging, so Hydra writes them to the run's job.log as well as the console.
+Every validation logs one line when it ends (step, val/loss, val/bpb, how long it took), in
+a terminal too, and without a terminal one when it starts (a large validation set is minutes
+of silence otherwise). They go through Python logging, so Hydra writes them to the run's
+job.log as well as the console.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ def clock(seconds: float) -> str:
     return str(datetime.timedelta(seconds=round(seconds)))
 
 
+def duration(seconds: float) -> str:
+    """Seconds as `4.2 s` under a minute, else H:MM:SS."""
+    return f"{seconds:.1f} s" if seconds < 60 else clock(seconds)
+
+
 class ProgressLines(L.Callback):
     """Log a progress line every `every_seconds` / `every_n_steps` (`lines=False`: only the
     validation lines, for a run that has the bar)."""
@@ -49,6 +56,7 @@ class ProgressLines(L.Callback):
         self._last_tokens = 0
         self._paced: tuple[float, int] | None = None  # (time, batches) at the first batch end
         self._batches = 0
+        self._validation_start: float | None = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = self._last_time = time.monotonic()
@@ -86,14 +94,28 @@ class ProgressLines(L.Callback):
             f"{tokens:,} supervised tokens | {clock(now - self._start)} elapsed, ETA {eta}"
         )
 
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        self._validation_start = time.monotonic()
+        if self.lines:
+            batches = sum(trainer.num_val_batches)
+            size = f" ({batches:,} batches)" if math.isfinite(batches) else ""
+            log.info("validating at step %d%s ...", trainer.global_step, size)
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         metrics = trainer.callback_metrics
         loss, bpb = (float(metrics.get(k, math.nan)) for k in ("val/loss", "val/bpb"))
+        took = ""
+        if self._validation_start is not None:
+            took = f" (took {duration(time.monotonic() - self._validation_start)})"
+            self._validation_start = None
         log.info(
-            "validation at step %d: val/loss %.4f, val/bpb %.4f", trainer.global_step, loss, bpb
-        )
+            "validation at step %d: val/loss %.4f, val/bpb %.4f%s",
+            trainer.global_step, loss, bpb, took,
+        )  # fmt: skip
 
     def _pace(self, now: float) -> float | None:
         """Seconds per batch since this process's first batch (None before two)."""

@@ -88,7 +88,8 @@ def read_run(run: Path) -> dict[str, Any]:
 
     loss_steps, loss, _ = series("val/loss")
     _, bpb, _ = series("val/bpb")
-    _, supervised, _ = series("tokens/supervised")
+    train_steps, supervised, _ = series("tokens/supervised")
+    loss_steps = log_steps(loss_steps, train_steps)
     bpb_tokens, bpb_by_tokens, _ = series("val_by_tokens/bpb")
     walls = [series(t)[2] for t in tags]
     last_wall = max((float(w.max()) for w in walls if len(w)), default=math.nan)
@@ -108,7 +109,18 @@ def read_run(run: Path) -> dict[str, Any]:
         "val/bpb": float(bpb[-1]) if len(bpb) else math.nan,
         "best step": int(loss_steps[np.argmin(loss)]) if len(loss) else None,
         "curve": (bpb_tokens, bpb_by_tokens),  # val/bpb against supervised tokens
+        "curve steps": loss_steps if len(loss_steps) == len(bpb_tokens) else None,
     }
+
+
+def log_steps(val_steps: np.ndarray, train_steps: np.ndarray) -> np.ndarray:
+    """The validations' steps as the run's log says them ("validation at step 10": optimizer
+    steps done), from their TensorBoard step indices: Lightning writes the k-th optimizer
+    step's curves at index k-1, a validation inside fit too, but the one `trainer.validate`
+    runs after fit (train.validate_at_end) at k, the index past the last training step."""
+    end = int(train_steps.max()) + 1 if len(train_steps) else None  # steps trained
+    steps = val_steps + 1
+    return steps if end is None else np.minimum(steps, max(end, 1))
 
 
 def _hparams(acc: EventAccumulator) -> dict[str, str]:
@@ -188,7 +200,18 @@ def _cell(value: Any, column: str) -> str:
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> Path:
-    """val/bpb against supervised tokens, one line per run, written atomically to `out`."""
+    """`figure(rows)` written atomically to `out`."""
+    fig = figure(rows)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    fig.savefig(tmp, format="png")
+    os.replace(tmp, out)
+    return out
+
+
+def figure(rows: list[dict[str, Any]]) -> Any:
+    """val/bpb against supervised tokens, one line per run, its last point labelled with the
+    run's varied settings and the step of its last validation."""
     from packlm.callbacks.views.render import new_figure, require_matplotlib
 
     require_matplotlib()
@@ -198,16 +221,34 @@ def plot(rows: list[dict[str, Any]], out: Path) -> Path:
     for r in rows:
         tokens, bpb = r["curve"]
         label = ", ".join(f"{k.split('.')[-1]}={r['settings'].get(k, '-')}" for k in keys)
-        ax.plot(tokens, bpb, marker="o", markersize=3, label=label or r["run"].name)
+        (line,) = ax.plot(tokens, bpb, marker="o", markersize=4, label=label or r["run"].name)
+        if len(tokens):  # the last point says its run and step: one validation is one dot
+            step = r.get("curve steps")
+            text = (label or r["run"].name) + (f", step {step[-1]}" if step is not None else "")
+            ax.annotate(
+                text, (tokens[-1], bpb[-1]), xytext=(4, 4), textcoords="offset points",
+                fontsize=7, color=line.get_color(),
+            )  # fmt: skip
+    plain_token_axis(ax, [t for r in rows for t in r["curve"][0]])
     ax.set(xlabel="supervised tokens seen", ylabel="val/bpb (bits per byte)")
     ax.set_title(f"{len(rows)} runs: validation bits per byte at equal data", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    fig.savefig(tmp, format="png")
-    os.replace(tmp, out)
-    return out
+    return fig
+
+
+def plain_token_axis(ax: Any, tokens: list[float]) -> None:
+    """x ticks as plain token counts with thousands separators (matplotlib's default turns
+    runs ending at nearly the same count into an offset: 40948.0 ... 40952.0 + 4e4), and a
+    range of at least 10% around them."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True, min_n_ticks=2))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
+    if tokens:
+        low, high = min(tokens), max(tokens)
+        pad = max((high - low) * 0.05, high * 0.05, 1.0)
+        ax.set_xlim(max(low - pad, 0), high + pad)
 
 
 def compare(paths: list[str | Path], out: str | Path | None = None) -> tuple[str, Path]:
