@@ -46,3 +46,22 @@ def test_two_by_two_sweep_gives_four_runs_with_hparams(tiny_args, tmp_path):
         combos.add(run_dir.name)
     names = {c.split("_", 1)[1] for c in combos}  # named by what the sweep varies, nothing else
     assert names == {f"data.window={w},data.stride={s}" for w in (16, 32) for s in (8, 16)}
+    # the sweep's last lines: its folder and the command that compares its jobs
+    assert result.stdout.rstrip().splitlines()[-3:] == [
+        f"sweep: 4 jobs in {sweep}",
+        f"compare them: python -m packlm.compare {sweep}",
+        f"TensorBoard: tensorboard --logdir {sweep}",
+    ]
+
+
+def test_sweep_lines_quote_a_folder_a_shell_would_split(tmp_path):
+    from packlm.runtime.sweep_end import sweep_lines
+
+    sweep = tmp_path / "my sweep"
+    for job in ("0_data.stride=8", "1_data.stride=16", ".submitit"):
+        (sweep / job).mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("{}")
+    lines = sweep_lines(sweep).splitlines()
+    assert lines[0] == f"sweep: 2 jobs in {sweep}"  # not the hidden folder, not the file
+    assert lines[1] == f"compare them: python -m packlm.compare '{sweep}'"
+    assert sweep_lines(tmp_path / "absent").startswith("sweep: 0 jobs in ")

@@ -158,7 +158,7 @@ def test_a_finished_run_resumed_trains_nothing_and_says_so(compose_tiny, tmp_pat
 def test_an_impossible_run_directory_is_one_error_line_before_hydra_writes_into_it(capsys):
     with initialize_config_dir(CONFIG_DIR, version_base=None):
         hydra_cfg = compose("config", overrides=[], return_hydra_config=True)
-    (callback,) = hydra_cfg.hydra.callbacks.values()  # registered in conf/config.yaml
+    callback = hydra_cfg.hydra.callbacks.writable_run_dir  # registered in conf/config.yaml
     cfg = OmegaConf.create({"hydra": {"run": {"dir": "/proc/packlm-nope/run"}}})
     with pytest.raises(SystemExit) as exited:
         instantiate(callback).on_run_start(config=cfg)
