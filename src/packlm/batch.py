@@ -8,7 +8,7 @@ arrays:
 | key | dtype, shape | meaning |
 | --- | --- | --- |
 | `input_ids` | int64 [B, T] | tokens[:, :T]; PAD where no token |
-| `labels` | int64 [B, T] | the next token, or -100 (`IGNORE_INDEX`) where it is PAD, in another document (packing `document`/`none`), past the end, or where the input or the target is a token of a `data.skip_documents` document |
+| `labels` | int64 [B, T] | the next token, or -100 (`IGNORE_INDEX`) where it is PAD, in another document (packing `document`/`none`), past the end, where the input or the target is a token of a `data.skip_documents` document, or where the target is a conversation token that is not supervised (`supervised`: the chat roles that train, data.chat_supervised) |
 | `segment_ids` | int32 [B, T] | document index inside the row, 0, 1, 2...; -1 on PAD; all 0 in `stream` packing |
 | `position_ids` | int64 [B, T] | 0 at the row start and at every document start (`document`/`none`), +1 per token; 0..T-1 per row in `stream`; 0 on PAD |
 | `cu_seqlens` | int32 [S+1] | only with `varlen`: starts of the S runs of equal segment id over the flattened B*T tokens (a run never spans two rows; a row's PAD tail is one run), then B*T |
@@ -62,17 +62,19 @@ def make_batch(
     sources: np.ndarray | None = None,
     skipped: np.ndarray | None = None,
     documents: np.ndarray | None = None,
+    supervised: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """tokens int64 [B, T+1] (PAD where none), segments int32 [B, T+1] (-1 where PAD),
     sources int16/int32 [B, T+1] (-1 where PAD; None: no `source_ids`), skipped bool [B, T+1]
     (tokens of data.skip_documents; None: none), documents int32/int64 [B, T+1] (-1 where PAD;
-    None: no `document_ids`) -> the batch above; in `stream` packing a row is one segment
-    (targets cross documents)."""
+    None: no `document_ids`), supervised bool [B, T+1] (may this token be a target: False on a
+    conversation's context tokens; None: every token) -> the batch above; in `stream` packing
+    a row is one segment (targets cross documents)."""
     seg = np.where(segments >= 0, 0, -1).astype(np.int32) if packing == "stream" else segments
     seg_in = np.ascontiguousarray(seg[:, :-1], dtype=np.int32)
     batch = {
         "input_ids": np.ascontiguousarray(tokens[:, :-1]),
-        "labels": drop_skipped(labels(tokens, seg), skipped),
+        "labels": drop_unsupervised(drop_skipped(labels(tokens, seg), skipped), supervised),
         "segment_ids": seg_in,
         "position_ids": positions(seg_in),
     }
@@ -98,6 +100,15 @@ def drop_skipped(lab: np.ndarray, skipped: np.ndarray | None) -> np.ndarray:
     a skipped document (skipped: bool [B, T+1]; None: labels unchanged). In place."""
     if skipped is not None:
         lab[skipped[:, :-1] | skipped[:, 1:]] = IGNORE_INDEX
+    return lab
+
+
+def drop_unsupervised(lab: np.ndarray, supervised: np.ndarray | None) -> np.ndarray:
+    """labels int64 [B, T] with IGNORE_INDEX wherever the target token may not be one
+    (supervised: bool [B, T+1]; None: labels unchanged): labels[t] stays only if mask[t+1].
+    In place."""
+    if supervised is not None:
+        lab[~supervised[:, 1:]] = IGNORE_INDEX
     return lab
 
 

@@ -28,7 +28,9 @@ class DataConfig(ConfigGroup):
     source is seen w times per epoch on average; or {path: ..., share: s, name: n}: a mixture,
     the fraction s of every global batch's rows from the source (the shares sum to 1; name
     defaults to the path's stem, a glob's to its folder; see data.mixture_schedule);
-    include/exclude are globs on paths under the entry; span reads bytes [a, b) of each (uncompressed text) file, as fractions of its size.
+    include/exclude are globs on paths under the entry; span reads bytes [a, b) of each (uncompressed text) file, as fractions of its size;
+    chat: auto (or messages, sharegpt, alpaca, prompt_completion) reads each record as one
+    conversation (docs/conversations.md).
     Files: text, JSON lines (.jsonl/.ndjson/.json), Parquet, Arrow/Feather (the extra
     packlm[arrow]), a datasets save_to_disk folder; gzip/bz2/xz/zstd compressed (by content)."""
     val_sources: list[Any] | None = None
@@ -83,6 +85,11 @@ class DataConfig(ConfigGroup):
     """Start every document with a BOS token of its own segment (EOS doubling as BOS, as in
     GPT-2), so its first real token is a target: n tokens + EOS give n+1 targets, not n.
     Validation scores the same way (compare bpb between runs with the same setting)."""
+    chat_supervised: str = "assistant"
+    """Conversation sources ({path: ..., chat: auto}, docs/conversations.md): the targets are
+    each assistant turn's content and its end-of-turn token (assistant), or every token as
+    in plain text (all). Plain-text documents are always supervised. Read at batch time from
+    the roles the store keeps, so changing it rebuilds nothing."""
     window: int = 128
     """T: input positions per sample; a sample reads T+1 tokens; at most model.context_length."""
     stride: int = 128

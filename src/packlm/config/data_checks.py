@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 from packlm.config.group import check_choice, check_positive_int
@@ -19,6 +20,7 @@ GROUP_BY = ("none", "source", "directory")
 SNAP_TO = ("none", "document", "paragraph")
 PACK_STRATEGIES = ("ordered", "best_fit")
 ENCODING_ERRORS = ("strict", "replace", "skip")
+CHAT_SUPERVISED = ("assistant", "all")
 
 
 def check_data(cfg: Any, model_context: int | None = None) -> Any:
@@ -62,6 +64,7 @@ def check_data(cfg: Any, model_context: int | None = None) -> Any:
             f"data.stride={cfg.stride} (a window would pass the next one's start)"
         )
     check_choice("data.pack_strategy", cfg.pack_strategy, PACK_STRATEGIES)
+    check_choice("data.chat_supervised", cfg.chat_supervised, CHAT_SUPERVISED)
     _check_skips(cfg.skip_documents, cfg.skip_steps)
     buffer = cfg.pack_buffer
     if not isinstance(buffer, int) or isinstance(buffer, bool) or buffer < 2:
@@ -111,7 +114,7 @@ def _check_skips(documents: Any, steps: Any) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ConfigError(f"data.skip_steps[{i}]={k!r}: an optimizer step >= 0")
     if len(set(steps)) != len(steps):
-        twice = sorted({k for k in steps if list(steps).count(k) > 1})
+        twice = sorted(k for k, c in Counter(steps).items() if c > 1)
         raise ConfigError(f"data.skip_steps: steps {twice} are listed twice")
 
 

@@ -164,7 +164,8 @@ class PackedDataModule(EpochPlans, L.LightningDataModule):
         store = self.store(split)
         cfg = self.data if split == "train" else validation_config(self.data)
         bos, weights = store.eos_id if cfg.bos else None, self.source_weights
-        dataset = WindowDataset(store.path, cfg.window, store.pad_id, bos, split == "val")
+        dataset = WindowDataset(store.path, cfg.window, store.pad_id, bos, split == "val",
+                                cfg.chat_supervised)  # fmt: skip
         signature = plan_signature(cfg, store, weights if split == "train" else None)
         # keywords only: a rebuild by Lightning then reaches PlanDataLoader's sampler check
         return PlanDataLoader(

@@ -27,6 +27,7 @@ class Samples:
     sources: np.ndarray | None = None  # int16 [B, T+1]: the document's store source, -1 on PAD
     skipped: np.ndarray | None = None  # bool [B, T+1]: a data.skip_documents token; None: none
     documents: np.ndarray | None = None  # int32 [B, T+1]: the store document, -1 on PAD (val)
+    supervised: np.ndarray | None = None  # bool [B, T+1]: may it be a target (chat); None: all
 
 
 def collate(samples: Samples, packing: str, varlen: bool = False) -> dict[str, torch.Tensor]:
@@ -45,6 +46,7 @@ def collate_arrays(samples: Samples, packing: str, varlen: bool = False) -> dict
         samples.sources,
         samples.skipped,
         samples.documents,
+        samples.supervised,
     )
 
 

@@ -27,6 +27,7 @@ from packlm.data.store.token_store import TokenStore
 from packlm.data.store.union import open_store
 from packlm.errors import ConfigError
 from packlm.runtime.workers import leave_ctrl_c_to_the_parent, start_context
+from packlm.tokenizer.chat import supervised_table
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +60,14 @@ class WindowDataset(Dataset):
     document lengths count the BOS, position 0 of a document is BOS and position p >= 1 is
     the store's token p-1, so no store holds the BOS and its first real token is a target.
     With `documents` the batch also names each token's store document (`document_ids`, for
-    validation's per-document losses).
+    validation's per-document losses). A store with conversations (`TokenStore.roles`) gives
+    each token's supervision (`Samples.supervised`) from its role code and
+    `chat_supervised` (data.chat_supervised); a BOS is never a target.
     """
 
     def __init__(
         self, store_path: str | Path | tuple[Path, ...], window: int, pad_id: int,
-        bos_id: int | None = None, documents: bool = False,
+        bos_id: int | None = None, documents: bool = False, chat_supervised: str = "assistant",
     ):  # fmt: skip
         """`store_path`: a store directory, or the shards' (`TokenStore.path` of either)."""
         self.store_path = store_path if isinstance(store_path, tuple) else Path(store_path)
@@ -72,6 +75,7 @@ class WindowDataset(Dataset):
         self.pad_id = pad_id
         self.bos_id = bos_id
         self.documents = documents
+        self.supervised_roles = supervised_table(chat_supervised)  # bool [256] by role code
         self._store: TokenStore | None = None
         self._source_dtype: np.dtype | None = None
 
@@ -101,6 +105,8 @@ class WindowDataset(Dataset):
         sources = np.full((batch.rows, t1), -1, dtype=self.source_dtype)
         skipped = None if batch.skipped is None else np.zeros((batch.rows, t1), dtype=bool)
         documents = None
+        roles = getattr(self.store, "roles", None)  # a duck-typed store may have none
+        supervised = None if roles is None else np.zeros((batch.rows, t1), dtype=bool)
         if self.documents:
             dtype = np.int32 if self.store.n_docs < 2**31 else np.int64
             documents = np.full((batch.rows, t1), -1, dtype=dtype)
@@ -117,18 +123,24 @@ class WindowDataset(Dataset):
             within = np.arange(len(piece)) - (ends - length)[piece]
             position = start[piece] + within  # [n] position inside its document
             if self.bos_id is None:
-                read = self.store.tokens[self.store.doc_offsets[doc][piece] + position]
+                source = self.store.doc_offsets[doc][piece] + position
+                read = self.store.tokens[source]
             else:  # position 0 is the BOS, p >= 1 the store's token p - 1
                 source = self.store.doc_offsets[doc][piece] + np.maximum(position - 1, 0)
                 read = np.where(position == 0, self.bos_id, self.store.tokens[source])
             tokens[row[piece], column[piece] + within] = read
+            if supervised is not None:  # [n]: may each token read be a target
+                ok = self.supervised_roles[roles[source]]
+                if self.bos_id is not None:
+                    ok &= position > 0
+                supervised[row[piece], column[piece] + within] = ok
             segments[row[piece], column[piece] + within] = segment[piece]
             sources[row[piece], column[piece] + within] = self.store.doc_sources[doc][piece]
             if skipped is not None:  # data.skip_documents: their labels are dropped in collate
                 skipped[row[piece], column[piece] + within] = batch.skipped[piece]
             if documents is not None:
                 documents[row[piece], column[piece] + within] = doc[piece]
-        return Samples(tokens, segments, sources, skipped, documents)
+        return Samples(tokens, segments, sources, skipped, documents, supervised)
 
 
 class PlanDataLoader(DataLoader):

@@ -40,6 +40,8 @@ from packlm.data.store.split_state import (
 )
 from packlm.data.store.token_store import StoreWriter, TokenStore, token_dtype
 from packlm.errors import write_error
+from packlm.tokenizer.chat import ChatFormat
+from packlm.tokenizer.chat import text_bytes as chat_text_bytes
 from packlm.tokenizer.pretokenize import PIECE_CHARS
 from packlm.tokenizer.training.counting import utf8_len
 
@@ -56,10 +58,13 @@ def build_stores(
     dest: Path,
     workers: int,
     progress: bool = True,
+    chat: ChatFormat | None = None,
 ) -> tuple[TokenStore, TokenStore]:
     """Build `dest/train` and `dest/val`; replace `dest` only once both are complete.
 
-    The caller holds the entry's lock (`packlm.cache.entry.locked`).
+    `chat`: the chat format's ids in `tokenizer`, when a source holds conversations (their
+    role codes are stored beside the ids). The caller holds the entry's lock
+    (`packlm.cache.entry.locked`).
     """
     dest = Path(dest)
     tmp = temporary_sibling(dest)
@@ -71,7 +76,7 @@ def build_stores(
             StoreWriter(tmp / "train", vocab_size) as train_writer,
             StoreWriter(tmp / "val", vocab_size) as val_writer,
             OrderedEncoder(
-                tokenizer, header.eos_id, token_dtype(vocab_size), workers, spill
+                tokenizer, header.eos_id, token_dtype(vocab_size), workers, spill, chat
             ) as encoder,
             tqdm(
                 total=corpus.total_bytes,
@@ -83,6 +88,8 @@ def build_stores(
         ):
             state = {"train": SplitState(train_writer), "val": SplitState(val_writer)}
             enc = DocumentPieces(tokenizer)
+            if chat is not None:  # control tokens decode to no text, as special tokens
+                enc.byte_lengths[[chat.start_id, chat.end_id]] = 0
             _stream(corpus, encoder, state, bar, enc)
             check_not_empty(corpus, state)
             for split in SPLITS:
@@ -158,7 +165,12 @@ def _measure(text: str) -> tuple[int, int]:
 
 def _add(encoder, state: dict[str, SplitState], split, doc, nbytes: int, bar, enc) -> None:
     st = state[split]
-    pieces = [(doc.text, True, nbytes)] if len(doc.text) <= enc.size else _pieces(doc, st, enc)
+    if doc.turns is not None:  # a conversation: rendered whole by the encoder
+        pieces = [(doc.turns, True, chat_text_bytes(doc.turns))]
+    elif len(doc.text) <= enc.size:
+        pieces = [(doc.text, True, nbytes)]
+    else:
+        pieces = _pieces(doc, st, enc)
     for text, end, size in pieces:
         chunk = st.chunk
         chunk.texts.append(text)
@@ -197,14 +209,19 @@ def _flush(encoder: OrderedEncoder, state, split: str, bar, enc) -> None:
         _write(state, bar, enc, *result)
 
 
-def _write(state: dict[str, SplitState], bar, enc: DocumentPieces, tag, ids, lengths) -> None:
+def _write(
+    state: dict[str, SplitState], bar, enc: DocumentPieces, tag, ids, lengths, codes=None
+) -> None:
     split, chunk = tag
     st = state[split]
     st.stored_bytes += int(enc.byte_lengths[ids].sum())
     if st.partial or not all(chunk.ends):
+        waiting = sum(map(len, st.partial))  # text pieces: their codes are TEXT (0)
         ids, lengths = _join_pieces(st, ids, lengths, np.asarray(chunk.ends, dtype=bool))
+        if codes is not None and len(lengths):  # the head holds the waiting pieces
+            codes = np.concatenate([np.zeros(waiting, np.uint8), codes[: len(ids) - waiting]])
     if len(lengths):
-        st.writer.add_many(ids, lengths, chunk.doc_ids, chunk.sources)
+        st.writer.add_many(ids, lengths, chunk.doc_ids, chunk.sources, codes)
     st.nbytes += chunk.nbytes
     bar.update(chunk.nbytes)
 

@@ -135,6 +135,11 @@ class Corpus:
         return held, pieces, rest
 
     @property
+    def has_chat(self) -> bool:
+        """Does a source hold conversations ({path, chat: form})?"""
+        return any(s.chat is not None for s in self.sources + (self.val_sources or []))
+
+    @property
     def hash_split(self) -> bool:
         """Validation comes from data.sources by content hash (no data.val_sources)."""
         return self.val_sources is None

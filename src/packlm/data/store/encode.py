@@ -39,6 +39,7 @@ from packlm.runtime.workers import (
     die_with_parent,
     leave_ctrl_c_to_the_parent,
 )
+from packlm.tokenizer.chat import MARKUP, ChatFormat
 from packlm.tokenizer.pretokenize import (
     MAX_PRETOKEN_CHARS,
     PIECE_CHARS,
@@ -51,6 +52,7 @@ PHASE = "encoding the token store"
 _tokenizer: Any = None
 _eos_id = 0
 _dtype = np.dtype(np.uint32)
+_chat: ChatFormat | None = None
 
 
 def available_cores() -> int:
@@ -61,40 +63,66 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _init(tokenizer: Any, eos_id: int, dtype: str, parent: int | None = None) -> None:
-    global _tokenizer, _eos_id, _dtype
+def _init(
+    tokenizer: Any, eos_id: int, dtype: str, chat: ChatFormat | None = None,
+    parent: int | None = None,
+) -> None:  # fmt: skip
+    global _tokenizer, _eos_id, _dtype, _chat
     if parent is not None:  # a worker process
         die_with_parent(parent)
         leave_ctrl_c_to_the_parent()
-    _tokenizer, _eos_id, _dtype = tokenizer, eos_id, np.dtype(dtype)
+    _tokenizer, _eos_id, _dtype, _chat = tokenizer, eos_id, np.dtype(dtype), chat
 
 
-def encode_texts(texts: list[str], ends: list[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(ids of all texts back to back, int64 length per text): each text that ends a document
-    (`ends[i]`, all by default) is followed by EOS, counted in its length; the others are
-    pieces of a longer document, cut where the cut changes no id (`piece_spans`).
+Item = str | tuple
+"""What the encoder takes: a text, or a conversation's (role, content) turns."""
+
+
+def encode_texts(
+    texts: list[Item], ends: list[bool] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(ids of all texts back to back, int64 length per text, uint8 role code per id or None):
+    each text that ends a document (`ends[i]`, all by default) is followed by EOS, counted in
+    its length; the others are pieces of a longer document, cut where the cut changes no id
+    (`piece_spans`). A conversation (a tuple of turns) is rendered by the chat format
+    (`packlm.tokenizer.chat`), its codes beside its ids; with one in the list, every id gets
+    a code (plain text: TEXT), else the codes are None.
 
     Special-token strings inside a text are encoded as ordinary text.
     """
     encode = _tokenizer.encode_ordinary
     flat: list[int] = []
+    codes: bytearray | None = None
     lengths = np.empty(len(texts), dtype=np.int64)
     for i, text in enumerate(texts):
-        ids = encode(text)
-        flat += ids
         end = ends is None or ends[i]
+        if isinstance(text, str):
+            ids = encode(text)
+            if codes is not None:
+                codes += bytes(len(ids) + end)  # TEXT = 0
+        else:
+            ids, own = _chat.render(text, encode)
+            if codes is None:
+                codes = bytearray(len(flat))
+            codes += own
+            if end:
+                codes.append(MARKUP)  # the conversation's EOS
+        flat += ids
         if end:
             flat.append(_eos_id)
         lengths[i] = len(ids) + end
-    return np.fromiter(flat, dtype=_dtype, count=len(flat)), lengths  # 2x faster than np.array
+    ids = np.fromiter(flat, dtype=_dtype, count=len(flat))  # 2x faster than np.array
+    return ids, lengths, None if codes is None else np.frombuffer(codes, dtype=np.uint8)
 
 
-def encode_to_file(texts: list[str], ends: list[bool] | None, path: str) -> str:
-    """In a worker: `encode_texts` into the file `path` (lengths, then ids); returns `path`."""
-    ids, lengths = encode_texts(texts, ends)
+def encode_to_file(texts: list[Item], ends: list[bool] | None, path: str) -> str:
+    """In a worker: `encode_texts` into the file `path` (lengths, ids, then the role codes:
+    empty when None); returns `path`."""
+    ids, lengths, codes = encode_texts(texts, ends)
     with open(path, "wb") as f:
         write_npy(f, lengths)
         write_npy(f, ids)
+        write_npy(f, np.zeros(0, np.uint8) if codes is None else codes)
     return path
 
 
@@ -136,16 +164,18 @@ def joined_pairs(tokenizer: Any) -> np.ndarray:
     return table
 
 
-def _read_result(path: str) -> tuple[np.ndarray, np.ndarray]:
+def _read_result(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     with open(path, "rb") as f:
         lengths = np.load(f)
         ids = np.load(f)
+        codes = np.load(f)
     os.unlink(path)
-    return ids, lengths
+    return ids, lengths, codes if len(codes) else None
 
 
 class OrderedEncoder:
-    """`submit(texts, tag)` returns the results now complete, oldest first, as (tag, ids, lengths).
+    """`submit(texts, tag)` returns the results now complete, oldest first, as (tag, ids,
+    lengths, role codes or None): `encode_texts`'s.
 
     With `workers=0` everything runs in this process (small corpora, where starting
     processes costs more than it saves). `spill_dir` (created, and removed by `close`)
@@ -159,13 +189,14 @@ class OrderedEncoder:
         dtype: np.dtype,
         workers: int,
         spill_dir: str | os.PathLike | None = None,
+        chat: ChatFormat | None = None,
     ):
         self.workers = workers
         self._spill: Path | None = None
         self._names = itertools.count()
         self._pending: deque[tuple[Any, Any]] = deque()
         self._max_in_flight = 2 * workers + 1
-        args = (tokenizer, eos_id, np.dtype(dtype).name)
+        args = (tokenizer, eos_id, np.dtype(dtype).name, chat)
         self._procs: dict[int, Any] = {}  # every worker started, to name the one that died
         if workers > 0:
             self._spill = Path(spill_dir or tempfile.mkdtemp(prefix="packlm-encode-"))
@@ -182,7 +213,7 @@ class OrderedEncoder:
 
     def submit(
         self, texts: list[str], tag: Any, ends: list[bool] | None = None
-    ) -> Iterator[tuple[Any, np.ndarray, np.ndarray]]:
+    ) -> Iterator[tuple[Any, np.ndarray, np.ndarray, np.ndarray | None]]:
         if self._pool is None:
             yield (tag, *encode_texts(texts, ends))
             return
@@ -198,11 +229,11 @@ class OrderedEncoder:
         ):
             yield self._collect()
 
-    def drain(self) -> Iterator[tuple[Any, np.ndarray, np.ndarray]]:
+    def drain(self) -> Iterator[tuple[Any, np.ndarray, np.ndarray, np.ndarray | None]]:
         while self._pending:
             yield self._collect()
 
-    def _collect(self) -> tuple[Any, np.ndarray, np.ndarray]:
+    def _collect(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray | None]:
         tag, future = self._pending.popleft()
         try:
             return (tag, *_read_result(future.result()))

@@ -7,6 +7,10 @@ A store directory (one per split):
     doc_offsets.npy   int64 [n_docs + 1]; document d is tokens[offsets[d]:offsets[d+1]]
     doc_sources.npy   int32 [n_docs]; index into manifest["sources"] (for mixing weights)
     doc_ids.txt       one stable id per line ("source:path[:record]"), for tracing samples
+    roles.bin         only in a store holding conversations: uint8 [n_tokens], each token's
+                      role code (`packlm.tokenizer.chat`: 0 plain text, 1 chat markup, 2..5
+                      a system / user / assistant / tool turn), from which a batch's
+                      supervision mask is made; absent: every token is plain text
     manifest.json     format version, fingerprint, counts, file sizes, file checksums, and
                       the checksum of the manifest itself
 
@@ -27,7 +31,9 @@ OFFSETS_FILE = "doc_offsets.npy"
 SOURCES_FILE = "doc_sources.npy"
 IDS_FILE = "doc_ids.txt"
 MANIFEST_FILE = "manifest.json"
+ROLES_FILE = "roles.bin"
 DATA_FILES = (TOKENS_FILE, OFFSETS_FILE, SOURCES_FILE, IDS_FILE)
+"""Every store's files; ROLES_FILE besides them where the manifest lists it."""
 
 
 class StoreError(RuntimeError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from packlm.data.store.token_store import MANIFEST_FILE, StoreError, TokenStore
 from packlm.data.store.union import StoreUnion, open_store
 from packlm.data.store.verify import verify_checksums
 from packlm.errors import ConfigError
+from packlm.tokenizer.chat import CHAT_TOKENS, ChatFormat, ChatTokenError
 from packlm.tokenizer.obtain import get_tokenizer, tokenizer_cached
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ def prepare_stores(
         )
     cache_dir = Path(cache_dir).expanduser().resolve()
     corpus = Corpus.from_config(data)
+    tokenizer = with_chat_tokens(tokenizer, corpus)
     shard = parse_shard(data.shard)
     if shard is not None:
         parts = [corpus.of_shard(*shard)]
@@ -118,6 +120,7 @@ def prepare_stores(
         hold(tok_dir)
     eos_id = _special_id(tok, tok_dir, tokenizer, tokenizer.special_tokens[0])
     pad_id = _special_id(tok, tok_dir, tokenizer, PAD_TOKEN)
+    chat = chat_format(tok, tok_dir, corpus)
     stores: list[tuple[TokenStore, TokenStore] | None] = []
     missing: list[str] = []
     for part in parts:
@@ -137,7 +140,7 @@ def prepare_stores(
             continue
         header = StoreHeader(fingerprint, eos_id, pad_id)
         workers = _workers(num_workers, part.total_bytes)
-        stores.append(_open_or_build(part, tok, header, dest, workers, progress))
+        stores.append(_open_or_build(part, tok, header, dest, workers, progress, chat))
     if missing:
         raise StoreError(_missing_shards(data, missing, cache_dir))
     for train, _ in stores:
@@ -154,8 +157,9 @@ def prepare_stores(
 
 
 def _open_or_build(
-    corpus: Corpus, tok: Any, header: StoreHeader, dest: Path, workers: int, progress: bool
-) -> tuple[TokenStore, TokenStore]:
+    corpus: Corpus, tok: Any, header: StoreHeader, dest: Path, workers: int, progress: bool,
+    chat: ChatFormat | None = None,
+) -> tuple[TokenStore, TokenStore]:  # fmt: skip
     """The cached stores at `dest`, or built there under its lock."""
     stores, problem = _open_cached(dest, header.fingerprint)
     if stores is not None:
@@ -172,7 +176,7 @@ def _open_or_build(
             problem or describe_change(previous, header.fingerprint),
             dest,
         )
-        return build_stores(corpus, tok, header, dest, workers, progress)
+        return build_stores(corpus, tok, header, dest, workers, progress, chat)
 
 
 def _missing_shards(data: DataConfig, missing: list[str], cache_dir: Path) -> str:
@@ -250,6 +254,29 @@ def _read_other(store: TokenStore, fingerprint: dict[str, Any]) -> str | None:
                 "(or other modification times) now, rebuilding"
             )
     return None
+
+
+def with_chat_tokens(cfg: TokenizerConfig, corpus: Corpus) -> TokenizerConfig:
+    """A corpus with conversations needs the chat format's control tokens: a tokenizer
+    trained for it has them as special tokens (never merged); a loaded one must have its own
+    (`chat_format`)."""
+    if not corpus.has_chat or cfg.path is not None:
+        return cfg
+    missing = [t for t in CHAT_TOKENS if t not in cfg.special_tokens]
+    return replace(cfg, special_tokens=[*cfg.special_tokens, *missing]) if missing else cfg
+
+
+def chat_format(tok: Any, tok_dir: Path, corpus: Corpus) -> ChatFormat | None:
+    """The chat format's ids in `tok` when a source holds conversations, else None."""
+    if not corpus.has_chat:
+        return None
+    try:
+        return ChatFormat.of(tok)
+    except ChatTokenError as e:
+        raise ConfigError(
+            f"tokenizer.path={str(tok_dir)!r}: {e}; conversations need a tokenizer with "
+            "<|im_start|> and <|im_end|> (or train one: leave tokenizer.path unset)"
+        ) from None
 
 
 def _special_id(tok: Any, tok_dir: Path, cfg: TokenizerConfig, token: str) -> int:

@@ -92,6 +92,13 @@ def _named(left_out: dict[str, list[str]], most: int = 10) -> dict[str, list[str
     return {reason: names[:most] for reason, names in left_out.items()}
 
 
+def _bad_records(read: ReadCounts) -> dict[str, Any]:
+    """Conversation records dropped, by reason, and the first of them named (absent when none)."""
+    if not read.bad_records:
+        return {}
+    return {"bad_records": dict(read.bad_records), "bad_record_examples": read.bad_record_examples}
+
+
 def split_manifest(corpus: Corpus, header: StoreHeader, split: str, state) -> dict[str, Any]:
     """Counts, and per source what was read: its files' sizes and mtimes as they were after
     reading (`files_fingerprint`), which a reuse compares with the sources' (`prepared.py`)."""
@@ -121,6 +128,7 @@ def split_manifest(corpus: Corpus, header: StoreHeader, split: str, state) -> di
             "cuts_inside_pretokens": st.cuts_inside_pretokens,
             "replaced_invalid_utf8": st.read.replaced_invalid_utf8,
             "normalized_newlines": st.read.normalized_newlines,
+            **_bad_records(st.read),
             **({"left_out": _named(st.read.left_out)} if st.read.left_out else {}),
         },
     }

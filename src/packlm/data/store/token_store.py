@@ -25,6 +25,7 @@ from packlm.data.store.layout import (
     IDS_FILE,
     MANIFEST_FILE,
     OFFSETS_FILE,
+    ROLES_FILE,
     SOURCES_FILE,
     TOKENS_FILE,
     StoreError,
@@ -48,6 +49,12 @@ class TokenStore:
         )
         self.doc_offsets: np.ndarray = np.load(self.path / OFFSETS_FILE, mmap_mode="r")
         self.doc_sources: np.ndarray = np.load(self.path / SOURCES_FILE, mmap_mode="r")
+        self.roles: np.ndarray | None = None
+        """uint8 [n_tokens]: each token's chat role code (`packlm.tokenizer.chat`); None: a
+        store of plain text only."""
+        if ROLES_FILE in manifest.get("files", {}):
+            self.roles = (np.memmap(self.path / ROLES_FILE, dtype=np.uint8, mode="r",
+                                    shape=(n_tokens,)) if n_tokens > 0 else np.zeros(0, np.uint8))  # fmt: skip
         self._doc_ids: list[str] | None = None
 
     @classmethod
@@ -76,6 +83,10 @@ class TokenStore:
         problem = verify_manifest(path, manifest) or verify_files(path, manifest)
         if problem:
             raise StoreError(problem)
+        roles = manifest.get("files", {}).get(ROLES_FILE)
+        if roles is not None and roles != manifest["counts"]["tokens"]:
+            raise StoreError(f"{path / ROLES_FILE}: {roles} bytes, not one per token "
+                             f"({manifest['counts']['tokens']})")  # fmt: skip
         store = cls(path, manifest)
         problem = verify_offsets(path, manifest, store)
         if problem:  # say the file changed when its checksum says so: the precise cause
@@ -149,6 +160,8 @@ class StoreWriter:
         self._sources: list[np.ndarray] = []
         self._n_docs = 0
         self._n_tokens = 0
+        self._roles = None  # opened at the first conversation (a plain-text store has none)
+        self._role_counts = np.zeros(256, dtype=np.int64)
 
     @property
     def n_docs(self) -> int:
@@ -164,9 +177,11 @@ class StoreWriter:
         self.add_many(ids, np.array([ids.size]), [doc_id], np.array([source_index]))
 
     def add_many(
-        self, ids: np.ndarray, lengths: np.ndarray, doc_ids: list[str], sources: np.ndarray
-    ) -> None:
-        """Append a batch of documents given as one flat array plus per-document lengths."""
+        self, ids: np.ndarray, lengths: np.ndarray, doc_ids: list[str], sources: np.ndarray,
+        roles: np.ndarray | None = None,
+    ) -> None:  # fmt: skip
+        """Append a batch of documents given as one flat array plus per-document lengths, and
+        with conversations among them a role code per id (None: plain text, codes 0)."""
         ids = np.asarray(ids)
         if ids.size and int(ids.max()) >= self.vocab_size:
             raise StoreError(
@@ -175,6 +190,9 @@ class StoreWriter:
         lengths = np.asarray(lengths, dtype=np.int64)
         if int(lengths.sum()) != ids.size or len(doc_ids) != len(lengths):
             raise StoreError(f"batch starting {doc_ids[0]!r}: lengths do not match ids or doc_ids")
+        if roles is not None and len(roles) != ids.size:
+            raise StoreError(f"batch starting {doc_ids[0]!r}: role codes do not match ids")
+        self._write_roles(roles, ids.size)
         self._tokens.write(ids.astype(self.dtype, copy=False).tobytes())
         self._offsets.append(self._n_tokens + np.cumsum(lengths))
         self._sources.append(np.asarray(sources, dtype=np.int32))
@@ -182,12 +200,36 @@ class StoreWriter:
         self._n_docs += len(lengths)
         self._n_tokens += int(ids.size)
 
+    def _write_roles(self, roles: np.ndarray | None, n: int) -> None:
+        """The role codes of the next n ids; the file starts at the first conversation, with
+        codes 0 (plain text) for every id before it."""
+        if roles is None and self._roles is None:
+            return
+        if self._roles is None:
+            self._roles = open(self.tmp / ROLES_FILE, "wb")  # noqa: SIM115 (closed in finish/abort)
+            for start in range(0, self._n_tokens, 1 << 24):
+                self._roles.write(bytes(min(1 << 24, self._n_tokens - start)))
+            self._role_counts[0] += self._n_tokens
+        if roles is None:
+            self._roles.write(bytes(n))
+            self._role_counts[0] += n
+        else:
+            roles = np.asarray(roles, dtype=np.uint8)
+            self._roles.write(roles.tobytes())
+            self._role_counts += np.bincount(roles, minlength=256)
+
     def finish(self, manifest: dict[str, Any]) -> TokenStore:
         """Write offsets and manifest, fsync, and atomically move the store into place."""
         self._tokens.flush()
         os.fsync(self._tokens.fileno())
         self._tokens.close()
         self._ids.close()
+        files = DATA_FILES
+        if self._roles is not None:
+            self._roles.flush()
+            os.fsync(self._roles.fileno())
+            self._roles.close()
+            files = (*DATA_FILES, ROLES_FILE)
         write_npy(self.tmp / OFFSETS_FILE, np.concatenate(self._offsets))
         write_npy(self.tmp / SOURCES_FILE, np.concatenate([np.zeros(0, np.int32), *self._sources]))
         manifest = dict(manifest)
@@ -197,11 +239,15 @@ class StoreWriter:
         counts = dict(manifest.get("counts", {}))
         counts["documents"] = self._n_docs
         counts["tokens"] = self._n_tokens
+        if self._roles is not None:  # tokens per role code, by name
+            from packlm.tokenizer.chat import CODE_NAMES
+
+            counts["roles"] = {n: int(self._role_counts[c]) for c, n in enumerate(CODE_NAMES)}
         manifest["counts"] = counts
-        manifest["files"] = {name: (self.tmp / name).stat().st_size for name in DATA_FILES}
+        manifest["files"] = {name: (self.tmp / name).stat().st_size for name in files}
         from packlm.data.store.verify import file_checksum, manifest_checksum
 
-        manifest["checksums"] = {name: file_checksum(self.tmp / name) for name in DATA_FILES}
+        manifest["checksums"] = {name: file_checksum(self.tmp / name) for name in files}
         manifest["manifest_checksum"] = manifest_checksum(manifest)
         tmp_manifest = self.tmp / MANIFEST_FILE
         tmp_manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
@@ -209,8 +255,8 @@ class StoreWriter:
         return TokenStore.open(self.path)
 
     def abort(self) -> None:
-        for f in (self._tokens, self._ids):
-            if not f.closed:
+        for f in (self._tokens, self._ids, self._roles):
+            if f is not None and not f.closed:
                 f.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -231,15 +277,20 @@ def write_store(
     doc_ids: list[str] | None = None,
     doc_sources: list[int] | None = None,
     source_names: list[str] | None = None,
+    roles: list[np.ndarray | None] | None = None,
 ) -> TokenStore:
-    """Write a store from in-memory token arrays (EOS included); for tests and small tools."""
+    """Write a store from in-memory token arrays (EOS included), with `roles` a role code per
+    token of each conversation (None: plain text); for tests and small tools."""
     source_names = source_names or ["memory"]
     with StoreWriter(path, vocab_size) as writer:
         for d, ids in enumerate(documents):
-            writer.add(
-                np.asarray(ids),
-                doc_ids[d] if doc_ids else f"memory:{d}",
-                doc_sources[d] if doc_sources else 0,
+            ids = np.asarray(ids)
+            writer.add_many(
+                ids,
+                np.array([ids.size]),
+                [doc_ids[d] if doc_ids else f"memory:{d}"],
+                np.array([doc_sources[d] if doc_sources else 0]),
+                None if roles is None else roles[d],
             )
         return writer.finish(
             {
