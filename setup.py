@@ -1,5 +1,5 @@
-"""Builds the tokenizer's optional C parts (the merge loop, loading files); packlm works
-without them (pure Python, the same results)."""
+"""Builds the tokenizer trainer's optional C part (the merge loop, GPT-2's pre-token
+counter); packlm works without it (pure Python, the same results)."""
 
 from setuptools import Extension, setup
 
@@ -10,15 +10,6 @@ setup(
             [
                 "src/packlm/tokenizer/training/_bpe.c",
                 "src/packlm/tokenizer/training/_count.c",
-            ],
-            optional=True,
-        ),
-        Extension(
-            "packlm.tokenizer._load",
-            [
-                "src/packlm/tokenizer/_load.c",
-                "src/packlm/tokenizer/_load_check.c",
-                "src/packlm/tokenizer/_load_tiktoken.c",
             ],
             optional=True,
         ),

@@ -169,12 +169,12 @@ def child_load(which: str, root: str, cache_dir: str, text: str = TEXT) -> dict:
         "packlm-files": lambda: Tokenizer.from_files(vocab, merges, [SPECIAL], cache_dir=cache)
         .encode(text),
         "packlm-saved": lambda: Tokenizer.load(root / "saved", cache_dir=cache).encode(text),
-        "packlm-json": lambda: load_path(root / "tokenizer.json", special_tokens=[SPECIAL])
-        .encode(text),
-        "packlm-export": lambda: load_path(root / "export.json", special_tokens=[SPECIAL])
-        .encode(text),
-        "packlm-tiktoken": lambda: load_path(root / "gpt2.tiktoken", special_tokens=[SPECIAL])
-        .encode(text),
+        "packlm-json": lambda: load_path(root / "tokenizer.json", special_tokens=[SPECIAL],
+                                         cache_dir=cache).encode(text),
+        "packlm-export": lambda: load_path(root / "export.json", special_tokens=[SPECIAL],
+                                           cache_dir=cache).encode(text),
+        "packlm-tiktoken": lambda: load_path(root / "gpt2.tiktoken", special_tokens=[SPECIAL],
+                                             cache_dir=cache).encode(text),
     }  # fmt: skip
     start, cpu = time.perf_counter(), time.process_time()
     ids = loaders[which]()
@@ -193,11 +193,13 @@ LOADERS = {  # (loader, cache_dir kind) -> row
     ("packlm-saved", "-"): "packlm Tokenizer.load (saved dir)",
     ("packlm-saved", "cold"): COLD, ("packlm-saved", "warm"): WARM,
     ("hf-json", "-"): "tokenizers Tokenizer.from_file (.json)",
-    ("packlm-json", "-"): "packlm tokenizer.path=tokenizer.json",
+    ("packlm-json", "-"): "packlm tokenizer.path=tokenizer.json", ("packlm-json", "warm"): WARM,
     ("hf-export", "-"): "tokenizers from_file (packlm's export)",
     ("packlm-export", "-"): "packlm tokenizer.path=(its export).json",
+    ("packlm-export", "warm"): WARM,
     ("tiktoken-file", "-"): "tiktoken load_tiktoken_bpe (.tiktoken)",
     ("packlm-tiktoken", "-"): "packlm tokenizer.path=gpt2.tiktoken",
+    ("packlm-tiktoken", "warm"): WARM,
 }  # fmt: skip
 REFERENCE = {"packlm-json": "hf-json", "packlm-export": "hf-export",
              "packlm-tiktoken": "tiktoken-file"}  # else "hf"  # fmt: skip
@@ -237,7 +239,8 @@ def load_table(repeat: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root, warm = Path(tmp), str(Path(tmp) / "warm")
         write_load_files(root)
-        for which in ("packlm-files", "packlm-saved"):
+        for which in ("packlm-files", "packlm-saved", "packlm-json", "packlm-export",
+                      "packlm-tiktoken"):  # fmt: skip
             run_child(["load", which, tmp, warm])  # fills the warm cache_dir
 
         runs, dirs = {key: [] for key in LOADERS}, {"-": "-", "new": "-", "warm": warm}

@@ -214,3 +214,38 @@ def test_hf_export_on_default_corpus(tmp_path, small_tokenizer):
     hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
     docs = [text for _, text in iter_default_documents()][:200]
     assert [e.ids for e in hf.encode_batch(docs)] == [small_tokenizer.encode(d) for d in docs]
+
+
+def test_tiktoken_check_agrees_with_bpe_of_every_merged_token():
+    """On random merge lists (about half with a token that does not encode to itself), the
+    check's verdict is that of BPE run on every merged token, and its ranks are
+    `rank_table`'s. A quarter of the lists are shuffled, so that a merge can take a part made
+    only later (the check then runs BPE on every merged token)."""
+    import random
+
+    from packlm.tokenizer import encoder
+
+    outcomes = set()
+    for seed in range(300):
+        rng = random.Random(seed)
+        tokens, merges = [bytes([97 + i]) for i in range(rng.randint(1, 3))], []
+        for _ in range(rng.randint(1, 20)):
+            a, b = rng.choice(tokens), rng.choice(tokens)
+            if a + b not in tokens and len(a + b) <= 12:
+                tokens.append(a + b)
+                merges.append((a, b))
+        if seed % 4 == 0:
+            rng.shuffle(merges)
+        vocab = {i: bytes([i]) for i in range(256)}
+        vocab.update({256 + k: a + b for k, (a, b) in enumerate(merges)})  # ids in merge order
+        tok = Tokenizer(vocab, merges, engine="python")
+        reference = tok._python_encoder()
+        slow = all(reference.encode_piece(tok.vocab[c]) == [c] for _, _, c in tok._merge_ids)
+        ranks = encoder.tiktoken_ranks(
+            tok._table, tok._merge_rows, tok._byte_ids, tok._python_encoder
+        )
+        assert bool(ranks) == slow, (seed, merges)
+        if ranks:
+            assert ranks == encoder.rank_table(tok._table, tok._byte_ids, tok._merge_rows)
+        outcomes.add(slow)
+    assert outcomes == {True, False}

@@ -53,7 +53,7 @@ def _corrupt(directory, name, change):
         ("merges.txt", lambda b: b[:-3], "merges.txt"),
         ("merges.txt", lambda b: b + b"x y z\n", r"merges.txt:\d+: expected two"),
         ("merges.txt", lambda b: b.replace(b"\n", b"\n\xff", 1), "merges.txt: not valid UTF-8"),
-        ("tokenizer_config.json", lambda b: b[:10], "tokenizer_config.json: not a packlm"),
+        ("tokenizer_config.json", lambda b: b[:10], "tokenizer_config.json: not valid JSON"),
         (
             "tokenizer_config.json",
             lambda b: b.replace(b"packlm-bpe", b"other"),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from packlm.config.tokenizer import TokenizerConfig
-from packlm.tokenizer import Tokenizer, formats, loading
+from packlm.tokenizer import Tokenizer, formats
 from packlm.tokenizer.obtain import get_tokenizer
 from packlm.tokenizer.tables import _read_tables
 
@@ -41,15 +41,13 @@ def tables_files(cache_dir):
 
 
 def no_parsing(monkeypatch):
-    """Make any parse of vocab.json / merges.txt fail, in C or Python: a load that passes
-    read tables."""
+    """Make any parse of vocab.json / merges.txt fail: a load that passes read tables."""
 
     def fail(*args, **kwargs):
         raise AssertionError("the files were parsed although tables were kept")
 
     monkeypatch.setattr(formats, "read_vocab_json", fail)
     monkeypatch.setattr(formats, "read_merges_txt", fail)
-    monkeypatch.setattr(loading, "gpt2_tables", fail)
 
 
 def crossing_tokenizer() -> Tokenizer:
@@ -176,7 +174,6 @@ def test_files_changed_while_a_load_reads_them_keep_no_tables(
         merges.write_text(merges.read_text(encoding="utf-8") + "\n", encoding="utf-8")
         return found
 
-    monkeypatch.setattr(loading, "_load", None)  # the Python path, which read_merges_txt is
     monkeypatch.setattr(formats, "read_merges_txt", read_then_change)
     Tokenizer.from_files(vocab, merges, [EOT], cache_dir=tmp_path / "cache")
     assert tables_files(tmp_path / "cache") == []

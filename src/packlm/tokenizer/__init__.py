@@ -9,9 +9,8 @@
    same ids) and decodes; `engine_pattern.py` gives tiktoken the pattern `regex` splits by.
 5. `formats.py` / `hf.py`: GPT-2's vocab.json + merges.txt, packlm's saved directory, .tiktoken
    ranks, Hugging Face tokenizer.json (export and import); `obtain.load_path` picks the reader
-   for `tokenizer.path`.
-   `loading.py` + `_load.c`: GPT-2 style files -> id tables and the tiktoken check in C
-   (optional; anything unusual goes to the Python path, which names the bad entry).
+   for `tokenizer.path`. One grammar, in Python: strict JSON and "left right" lines; a bad
+   file is one short error naming it and quoting at most a prefix of the bad entry.
 6. `obtain.py`: `get_tokenizer` -> `tokenizer.path`, or the tokenizer trained on the training
    documents, cached under `<cache_dir>/tokenizers/<digest>`; `tables.py`: `with_tables` keeps
    what loading files derives under `<cache_dir>/tokenizers/tables/<sha256 of the files>.npz`.

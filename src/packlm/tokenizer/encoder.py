@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import regex
 
-from packlm.tokenizer import loading
+from packlm.tokenizer.formats import excerpt
 
 CACHE_SIZE = 1 << 14  # pre-tokens remembered by the Python engine (bounded memory)
 OPEN = 1 << 62  # "not merged away yet", above every rank
@@ -56,7 +56,7 @@ def id_tables(
     except KeyError:  # name the first merge that does not fit
         k = next(k for k, (a, b) in enumerate(merges) if {a, b, a + b} - ids_of.keys())
         raise ValueError(
-            f"merges[{k}] = {merges[k]}: a token or their merge is not in vocab"
+            f"merges[{k}] = {excerpt(merges[k])}: a token or their merge is not in vocab"
         ) from None
     return vocab, special_ids, byte_ids, merge_ids
 
@@ -74,7 +74,7 @@ def _check_vocab(vocab: dict[int, bytes]) -> dict[int, bytes]:
                 or not isinstance(i, int)
                 or not isinstance(t, bytes | bytearray)
             ):
-                raise ValueError(f"vocab: entry {i!r}: {t!r} is not int -> bytes")
+                raise ValueError(f"vocab: entry {excerpt(i)}: {excerpt(t)} is not int -> bytes")
             out[i] = bytes(t)
     if len(out) - 1 != max(out) or min(out) != 0:
         raise ValueError(f"vocab: ids must be 0..{len(out) - 1} without gaps")
@@ -160,15 +160,12 @@ def tiktoken_ranks(
     None where no ranks can (ids not rising in merge order, a merged token that does not
     encode to itself). `merge_ids`: (left, right, merged id) rows. `reference` None skips
     the slow part of the check (a verdict vouches for it); else it gives the Python encoder,
-    which the check needs only where the C one (loading.py) is not built."""
-    ranks = loading.tiktoken_ranks(list(table), list(byte_ids), merge_ids, reference is not None)
-    if ranks is None:  # no C: the same check in Python
-        rows = [tuple(r) for r in np.asarray(merge_ids, dtype=np.int64).reshape(-1, 3).tolist()]
-        passed = _rising(table, rows, byte_ids) and (
-            reference is None or merges_encode_to_themselves(table, rows, byte_ids, reference())
-        )
-        ranks = passed and rank_table(table, byte_ids, merge_ids)
-    return ranks or None
+    which the check needs."""
+    rows = [tuple(r) for r in np.asarray(merge_ids, dtype=np.int64).reshape(-1, 3).tolist()]
+    passed = _rising(table, rows, byte_ids) and (
+        reference is None or merges_encode_to_themselves(table, rows, byte_ids, reference())
+    )
+    return (passed and rank_table(table, byte_ids, merge_ids)) or None
 
 
 def rank_table(table: Sequence[bytes], byte_ids: Sequence[int], merge_ids) -> dict[bytes, int]:

@@ -5,6 +5,10 @@ the files are JSON and text. A saved directory is those two files plus
 tokenizer_config.json (pattern, special tokens, digest); loading recomputes the
 digest, so a corrupt or half-written directory fails loudly instead of encoding
 differently. Every file is written to a temporary name and renamed into place.
+
+Every tokenizer file is read here or in hf.py, in Python, by one grammar: strict JSON (the
+json module) and "left right" lines. A file packlm cannot use is a ValueError in one short
+line naming the file, quoting at most `excerpt` of the offending line or entry.
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ import itertools
 import json
 import os
 import re
+import reprlib
+import stat
 from pathlib import Path
 
 import numpy as np
-
-from packlm.tokenizer import loading
 
 FORMAT, VERSION = "packlm-bpe", 1
 CONFIG, VOCAB, MERGES = "tokenizer_config.json", "vocab.json", "merges.txt"
@@ -68,16 +72,85 @@ def from_unicode(text: str) -> bytes | None:
         return None
 
 
+class _Excerpt(reprlib.Repr):
+    """reprlib's cut repr, bytes cut too (reprlib would repr all 50 MB of them first)."""
+
+    def repr_bytes(self, x: bytes, level: int) -> str:
+        s = repr(x[: self.maxstring])
+        return s if len(x) <= self.maxstring else f"{s[:-1]}...{s[-1]}"
+
+
+_EXCERPT = _Excerpt()
+_EXCERPT.maxstring = _EXCERPT.maxother = 60
+_EXCERPT.maxlong = 40
+_EXCERPT.maxlevel = 3
+_EXCERPT.maxlist = _EXCERPT.maxtuple = _EXCERPT.maxdict = _EXCERPT.maxset = 4
+
+
+def excerpt(value: object) -> str:
+    """repr of `value` cut to about 60 characters (a nested one: its first items, a few
+    levels deep): what an error quotes of a line or entry, which may be megabytes long."""
+    text = _EXCERPT.repr(value)
+    if isinstance(value, str | bytes) and len(value) > _EXCERPT.maxstring:
+        text += f" ({len(value):,} {'characters' if isinstance(value, str) else 'bytes'})"
+    return text
+
+
+def read_file(path: Path, what: str) -> bytes:
+    """The bytes of the regular file `path`. A FIFO, a device or a directory is refused
+    before any read (reading a FIFO waits for a writer for ever): opened without blocking,
+    then checked."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what}={str(path)!r}: no such file") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        return f.read()
+
+
+def parse_json(text: str, path: Path) -> object:
+    """json.loads of a file's text; anything the json module refuses (a syntax error,
+    nesting past Python's recursion limit, an integer of over 4,300 digits) a ValueError
+    in one short line naming the file."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not valid JSON here (nested too deeply to parse)") from None
+    except ValueError as e:  # int(): "Exceeds the limit (4300 digits) ..."
+        raise ValueError(f"{path}: not valid JSON here ({excerpt(str(e))})") from None
+
+
+def serialized(table: list[bytes], indices: np.ndarray | None = None) -> bytes:
+    """b"".join(len(t) as 4 bytes little-endian + t) over `table` (or table[indices]), as
+    `digest` hashes it: gathered with numpy, no Python object per token."""
+    lengths = np.fromiter(map(len, table), dtype=np.int64, count=len(table))
+    starts = np.cumsum(lengths) - lengths  # of each token in the joined blob
+    blob = np.frombuffer(b"".join(table), dtype=np.uint8)
+    if indices is not None:
+        indices = np.asarray(indices, dtype=np.int64)
+        lengths, starts = lengths[indices], starts[indices]
+    # each record: 4 length bytes, then the token's bytes
+    record_ends = np.cumsum(lengths + 4)
+    out = np.empty(int(record_ends[-1]) if len(lengths) else 0, dtype=np.uint8)
+    heads = record_ends - lengths - 4  # where each record starts
+    out[heads[:, None] + np.arange(4)] = (
+        lengths.astype("<u4").view(np.uint8).reshape(-1, 4)
+    )  # [n, 4] length bytes
+    # every token byte: its record's start + 4 + its offset in the token
+    offset = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    out[np.repeat(heads + 4, lengths) + offset] = blob[np.repeat(starts, lengths) + offset]
+    return out.tobytes()
+
+
 def digest(pattern_regex: str, special_tokens: list[str], table: list[bytes], merge_ids) -> str:
     """`Tokenizer.digest()`: sha256 over pattern, special tokens, vocab (in id order) and merges
     (each token length-prefixed; `merge_ids`: (left, right, merged id) rows)."""
     rows = np.asarray(merge_ids, dtype=np.int32).reshape(-1, 3)
-    tokens, pairs = loading.serialized(table), loading.serialized(table, rows[:, :2].ravel())
-    if tokens is None:  # no C: the same bytes in Python
-        tokens = b"".join([len(t).to_bytes(4, "little") + t for t in table])
-        pairs = b"".join([len(table[a]).to_bytes(4, "little") + table[a]
-                          + len(table[b]).to_bytes(4, "little") + table[b]
-                          for a, b, _ in rows.tolist()])  # fmt: skip
+    tokens, pairs = serialized(table), serialized(table, rows[:, :2].ravel())
     h = hashlib.sha256(b"packlm-bpe-1\0")
     h.update(pattern_regex.encode("utf-8") + b"\0")
     h.update(json.dumps(special_tokens).encode("utf-8") + b"\0")
@@ -98,11 +171,10 @@ def write_atomic(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _read_text(path: Path, what: str) -> str:
+def read_text(path: Path, what: str) -> str:
+    """A regular file's text (`read_file`), which must be UTF-8."""
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{what}={str(path)!r}: no such file") from None
+        return read_file(path, what).decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not valid UTF-8 at byte offset {e.start}") from None
 
@@ -110,10 +182,7 @@ def _read_text(path: Path, what: str) -> str:
 def read_vocab_json(path: str | os.PathLike, special_tokens: list[str]) -> dict[int, bytes]:
     """{token string: id} -> {id: bytes}; special tokens are kept as their UTF-8 bytes."""
     path = Path(path)
-    try:
-        table = json.loads(_read_text(path, "vocab_path"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    table = parse_json(read_text(path, "vocab_path"), path)
     if not isinstance(table, dict):
         raise ValueError(f"{path}: expected a JSON object of token -> id")
     specials, encode = set(special_tokens), codecs.charmap_encode
@@ -141,9 +210,10 @@ def _vocab_naming_the_bad_entry(path: Path, table: dict, specials: set[str]) -> 
     for text, i in table.items():
         token = text.encode("utf-8") if text in specials else from_unicode(text)
         if token is None or isinstance(i, bool) or not isinstance(i, int):
-            raise ValueError(f"{path}: bad entry {text!r}: {i!r} (not a byte-level token and id)")
+            raise ValueError(f"{path}: bad entry {excerpt(text)}: {excerpt(i)} "
+                             "(not a byte-level token and id)")  # fmt: skip
         if i in vocab:
-            raise ValueError(f"{path}: id {i} appears twice")
+            raise ValueError(f"{path}: id {excerpt(i)} appears twice")
         vocab[i] = token
     return vocab
 
@@ -151,7 +221,7 @@ def _vocab_naming_the_bad_entry(path: Path, table: dict, specials: set[str]) -> 
 def read_merges_txt(path: str | os.PathLike) -> list[tuple[bytes, bytes]]:
     """One merge per line, "left right"; an optional first line "#version: ..."."""
     path = Path(path)
-    text = _read_text(path, "merges_path")
+    text = read_text(path, "merges_path")
     body = text.partition("\n")[2] if text.startswith("#version") else text
     if _MERGE_LINES.fullmatch(body):  # the fast path: split and encoded in a few C calls
         try:
@@ -170,7 +240,9 @@ def _merges_naming_the_bad_line(path: Path, lines: list[str]) -> list[tuple[byte
         parts = line.rstrip("\r").split(" ")
         tokens = [from_unicode(p) for p in parts]
         if len(parts) != 2 or not all(tokens):
-            raise ValueError(f"{path}:{lineno}: expected two byte-level tokens, got {line!r}")
+            raise ValueError(
+                f"{path}:{lineno}: expected two byte-level tokens, got {excerpt(line)}"
+            )
         merges.append((tokens[0], tokens[1]))
     return merges
 
@@ -215,11 +287,7 @@ def save_dir(tokenizer, directory: str | os.PathLike) -> None:
 
 
 def read_gpt2(cls, vocab_path, merges_path, special_tokens: list[str], pattern: str, engine: str):
-    """The tokenizer of GPT-2 style files: their tables read in C (loading.py) or, for
-    anything unusual or without C, in Python (which names a bad entry)."""
-    tables = loading.gpt2_tables(vocab_path, merges_path, special_tokens)
-    if tables is not None:
-        return cls._from_tables({**tables, "pattern": pattern}, engine)
+    """The tokenizer of GPT-2 style files (an error names a bad entry)."""
     vocab = read_vocab_json(vocab_path, special_tokens)
     merges = read_merges_txt(merges_path)
     return cls(vocab, merges, special_tokens, pattern, engine=engine)
@@ -231,12 +299,14 @@ def load_dir(cls, directory: str | os.PathLike, engine: str = "auto"):
         raise FileNotFoundError(f"{directory}: no saved tokenizer directory")
     config_path = directory / CONFIG
     try:
-        config = json.loads(_read_text(config_path, "config"))
+        config = parse_json(read_text(config_path, "config"), config_path)
         if config.get("format") != FORMAT or config.get("version") != VERSION:
-            raise ValueError(f"format {config.get('format')!r} v{config.get('version')!r}")
+            found = f"{excerpt(config.get('format'))} v{excerpt(config.get('version'))}"
+            raise ValueError(f"{config_path}: not a packlm tokenizer config (format {found})")
         specials, pattern, fp = config["special_tokens"], config["pattern"], config["digest"]
-    except (json.JSONDecodeError, ValueError, KeyError, AttributeError, TypeError) as e:
-        raise ValueError(f"{config_path}: not a packlm tokenizer config ({e!r})") from None
+    except (KeyError, AttributeError, TypeError) as e:
+        raise ValueError(f"{config_path}: not a packlm tokenizer config "
+                         f"({type(e).__name__}: {excerpt(str(e))})") from None  # fmt: skip
     try:
         tokenizer = read_gpt2(cls, directory / VOCAB, directory / MERGES, specials, pattern, engine)
     except ValueError as e:
@@ -258,7 +328,7 @@ def read_tiktoken(path: str | os.PathLike) -> tuple[dict[int, bytes], list[tuple
     converts tiktoken files too)."""
     path = Path(path)
     ranks: dict[bytes, int] = {}
-    for lineno, line in enumerate(_read_text(path, "tokenizer.path").splitlines(), start=1):
+    for lineno, line in enumerate(read_text(path, "tokenizer.path").splitlines(), start=1):
         if not line:
             continue
         try:
@@ -266,7 +336,7 @@ def read_tiktoken(path: str | os.PathLike) -> tuple[dict[int, bytes], list[tuple
             ranks[base64.b64decode(token, validate=True)] = int(rank)
         except (ValueError, binascii.Error):
             raise ValueError(
-                f"{path}:{lineno}: expected 'base64-token rank', got {line[:60]!r}"
+                f"{path}:{lineno}: expected 'base64-token rank', got {excerpt(line)}"
             ) from None
     vocab = {i: t for t, i in ranks.items()}
     if len(vocab) != len(ranks) or sorted(vocab) != list(range(len(vocab))):
@@ -279,7 +349,7 @@ def read_tiktoken(path: str | os.PathLike) -> tuple[dict[int, bytes], list[tuple
         parts = _rank_bpe(ranks, token, i)
         if len(parts) != 2:
             raise ValueError(
-                f"{path}: token {token!r} (rank {i}) is not a merge of two lower ranks"
+                f"{path}: token {excerpt(token)} (rank {i}) is not a merge of two lower ranks"
             )
         merges.append((parts[0], parts[1]))
     return vocab, merges

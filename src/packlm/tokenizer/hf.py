@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from itertools import chain
 from pathlib import Path
 
 from packlm.tokenizer.engine_pattern import for_engine, original
-from packlm.tokenizer.formats import to_unicode, write_atomic
+from packlm.tokenizer.formats import excerpt, parse_json, read_text, to_unicode, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -111,79 +110,34 @@ def save_tokenizer_json(tokenizer, path: str | os.PathLike) -> None:
 
 def load_tokenizer_json(cls, path: str | os.PathLike, special_tokens: list[str]):
     """The tokenizer of a tokenizer.json: `special_tokens` first, then the file's own (a
-    missing one gets a new id at the end). Its tables are found in C (`loading`) where the
-    file is the common case: its vocab and merges read from the file's bytes (`_read_cut`),
-    or else from json.loads' objects; anything else by `read_tokenizer_json` + `cls(...)`,
-    which name a bad entry."""
-    from packlm.tokenizer import loading
+    missing one gets a new id at the end); an error naming the file and entry for anything
+    packlm's pipeline cannot reproduce."""
     from packlm.tokenizer.pretokenize import check_special_tokens
 
-    path = Path(path)
-    cut = _read_cut(path)  # (spec, model, own, the vocab's JSON, merges.txt's lines) or None
-    spec, model, own = cut[:3] if cut else _read_spec(path)
+    found = read_tokenizer_json(path)
+    own = found["special_tokens"]
     specials = check_special_tokens([*special_tokens, *(s for s in own if s not in special_tokens)])
-    added = [(t["id"], t["content"]) for t in spec.get("added_tokens") or []]
-    merges, tables = model.get("merges") or [], None
-    if cut:
-        tables = loading.byte_level_tables(*cut[3:], specials, own, added)
-    elif isinstance(model.get("vocab"), dict) and isinstance(merges, list):
-        if set(map(type, merges)) == {list}:  # newer files: [left, right] pairs
-            flat = chain.from_iterable(merges)
-            pairs = set(map(len, merges)) == {2} and set(map(type, flat)) == {str}
-            merges = list(map(" ".join, merges)) if pairs else None
-        strings = merges is not None and set(map(type, merges)) <= {str}
-        lines = "\n".join(merges) if strings else ""
-        # a line each: none empty or holding a newline (the Python path names those)
-        if strings and all(merges) and lines.count("\n") == max(len(merges) - 1, 0):
-            tables = loading.byte_level_tables(model["vocab"], lines.encode("utf-8"), specials,
-                                               own, added)  # fmt: skip
-    if tables is None:
-        return cls(**{**read_tokenizer_json(path), "special_tokens": specials})
-    return cls._from_tables({**tables, "pattern": spec["pattern"]})
+    return cls(**{**found, "special_tokens": specials})
 
 
-def _read_cut(path: Path) -> tuple | None:
-    """`_read_spec` of a tokenizer.json whose model.vocab and model.merges C cuts out
-    (`loading.cut_tokenizer_json`), so that json.loads parses kilobytes, not megabytes, plus
-    those two (the vocab's JSON, the merges as merges.txt's lines); None where C does not
-    take the file or the rest fails a check: `_read_spec` then reads it all (and names what
-    is wrong)."""
-    from packlm.tokenizer import loading
-
-    try:
-        cut = loading.cut_tokenizer_json(path.read_bytes())
-    except OSError:
-        return None
-    if cut is None:
-        return None
-    rest, vocab, merges = cut
-    try:
-        spec, model, own = _read_spec(path, rest)
-    except ValueError:
-        return None
-    if model.get("vocab") != {} or model.get("merges") != []:  # what C cut out: a guard
-        return None
-    return spec, model, own, vocab, merges
-
-
-def _read_spec(path: str | os.PathLike, data: bytes | None = None) -> tuple[dict, dict, list[str]]:
-    """(the file's JSON (or `data`, its bytes) with its "pattern", its model, its special
-    tokens in id order); an error naming the file for anything packlm's pipeline cannot
-    reproduce."""
+def _read_spec(path: str | os.PathLike) -> tuple[dict, dict, list[str]]:
+    """(the file's JSON with its "pattern", its model, its special tokens in id order); an
+    error naming the file for anything packlm's pipeline cannot reproduce."""
     from packlm.tokenizer.pretokenize import GPT2_PATTERN
 
     path = Path(path)
+    spec = parse_json(read_text(path, "tokenizer.path"), path)
     try:
-        text = path.read_text(encoding="utf-8") if data is None else data.decode("utf-8")
-        spec = json.loads(text)
         model = spec["model"]
         if model.get("type") != "BPE" or spec.get("normalizer") is not None:
             raise ValueError(f"{path}: only byte-level BPE without a normalizer can be loaded")
         added = sorted(spec.get("added_tokens") or [], key=lambda t: t["id"])
+        if not all(type(t["id"]) is int and type(t["content"]) is str for t in added):
+            raise ValueError(f"{path}: added_tokens: each needs an integer id and a string content")
         own = [t["content"] for t in added]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError,
-            AttributeError) as e:  # fmt: skip
-        raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({e})") from None
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: not a Hugging Face tokenizer.json "
+                         f"({type(e).__name__}: {excerpt(str(e))})") from None  # fmt: skip
     try:
         spec["pattern"] = _pattern_of(spec.get("pre_tokenizer"), GPT2_PATTERN)
     except (AttributeError, KeyError, TypeError):  # not shaped as any pre_tokenizer
@@ -205,11 +159,16 @@ def read_tokenizer_json(path: str | os.PathLike) -> dict:
     spec, model, specials = _read_spec(path)
     if not isinstance(model.get("vocab"), dict):
         raise ValueError(f"{path}: model.vocab is not a JSON object of token -> id")
+    if not isinstance(model.get("merges", []), list):
+        raise ValueError(f"{path}: model.merges is not a JSON list")
     vocab = {}
     for text, i in model["vocab"].items():
         token = text.encode("utf-8") if text in specials else from_unicode(text)
-        if token is None:
-            raise ValueError(f"{path}: vocab entry {text!r} is not a byte-level token")
+        if token is None or type(i) is not int:
+            raise ValueError(f"{path}: vocab entry {excerpt(text)}: {excerpt(i)} is not a "
+                             "byte-level token and id")  # fmt: skip
+        if i in vocab:
+            raise ValueError(f"{path}: model.vocab: id {excerpt(i)} appears twice")
         vocab[i] = token
     for t in spec.get("added_tokens") or []:
         vocab.setdefault(t["id"], t["content"].encode("utf-8"))
@@ -219,7 +178,7 @@ def read_tokenizer_json(path: str | os.PathLike) -> dict:
         pair = pair if isinstance(pair, list) else []  # e.g. a number: named below
         tokens = [from_unicode(p) if isinstance(p, str) else None for p in pair]
         if len(pair) != 2 or not all(tokens):
-            raise ValueError(f"{path}: merges[{k}] = {merge!r} is not two byte-level tokens")
+            raise ValueError(f"{path}: merges[{k}] = {excerpt(merge)} is not two byte-level tokens")
         merges.append((tokens[0], tokens[1]))
     return {"vocab": vocab, "merges": merges, "special_tokens": specials,
             "pattern": spec["pattern"]}  # fmt: skip

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import regex
 
+from packlm.tokenizer.formats import excerpt
+
 # GPT-2's pattern, exactly as in its encoder.py.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # cl100k_base (GPT-3.5/4), as tiktoken writes it.
@@ -58,7 +60,7 @@ def resolve_pattern(pattern: str) -> str:
     append `|[\s\S]` to keep each as a pre-token of its own).
     """
     if not isinstance(pattern, str) or not pattern:
-        raise ValueError(f"pattern={pattern!r}: expected 'gpt2', 'cl100k' or a regex string")
+        raise ValueError(f"pattern={excerpt(pattern)}: expected 'gpt2', 'cl100k' or a regex string")
     resolved = PATTERNS.get(pattern, pattern)
     if resolved in _BUILT_IN:  # passes the checks below (tested): no compile at every load
         return resolved
@@ -69,16 +71,16 @@ def _checked(pattern: str, resolved: str) -> str:
     try:
         compiled = regex.compile(resolved)
     except regex.error as e:
-        raise ValueError(f"pattern={pattern!r}: not a valid regex ({e})") from None
+        raise ValueError(f"pattern={excerpt(pattern)}: not a valid regex ({e})") from None
     if compiled.match("") is not None:
         raise ValueError(
-            f"pattern={pattern!r}: matches the empty string; every pre-token needs a character"
+            f"pattern={excerpt(pattern)}: matches the empty string; every pre-token needs a character"
         )
     covered = "".join(compiled.findall(COVERAGE_SAMPLE))
     if covered != COVERAGE_SAMPLE:
         missing = sorted(set(COVERAGE_SAMPLE) - set(covered))[:8]
         raise ValueError(
-            f"pattern={pattern!r}: leaves characters unmatched, e.g. {missing}, whose text would "
+            f"pattern={excerpt(pattern)}: leaves characters unmatched, e.g. {missing}, whose text would "
             "be dropped; append |[\\s\\S] to keep each as a pre-token of its own"
         )
     return resolved
@@ -89,10 +91,10 @@ def check_special_tokens(special_tokens: Iterable[str] | None) -> list[str]:
     tokens = list(special_tokens or [])
     for s in tokens:
         if not isinstance(s, str) or not s:
-            raise ValueError(f"special_tokens: {s!r} is not a non-empty string")
+            raise ValueError(f"special_tokens: {excerpt(s)} is not a non-empty string")
     dupes = sorted({s for s in tokens if tokens.count(s) > 1})
     if dupes:
-        raise ValueError(f"special_tokens={tokens}: duplicates {dupes}")
+        raise ValueError(f"special_tokens={excerpt(tokens)}: duplicates {excerpt(dupes)}")
     return tokens
 
 

@@ -1,6 +1,6 @@
 """The tables cache: what loading a tokenizer's files derives, kept for the next load.
 
-Loading files (GPT-2's, a saved directory) derives id tables and checks them (the ids of
+Loading files (GPT-2's, a saved directory, a tokenizer.json, a .tiktoken file) derives id tables and checks them (the ids of
 every merge, the digest, whether tiktoken gives the same ids): `with_tables` keeps those
 results under `<cache_dir>/tokenizers/tables/<key>.npz`, keyed by sha256 of the files' bytes,
 the load options and packlm's code that derives them, so a later load of the same bytes only
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from packlm.cache.entry import mark_used
-from packlm.tokenizer import encoder, formats, loading
+from packlm.tokenizer import encoder, formats, hf
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +54,11 @@ def _contents(files: list, cls) -> list[bytes] | None:
     """The bytes of `files` and of packlm's code that derives the tables (a packlm that
     derives them differently never reads these; the pattern is not in them: every load
     resolves it again), or None when one cannot be read."""
-    code = [encoder.__file__, formats.__file__, loading.__file__, __file__,
+    code = [encoder.__file__, formats.__file__, hf.__file__, __file__,
             sys.modules[cls.__module__].__file__]  # fmt: skip
     try:
-        return [Path(path).read_bytes() for path in [*files, *code]]
-    except OSError:
+        return [formats.read_file(Path(path), "file") for path in [*files, *code]]
+    except (OSError, ValueError):  # a FIFO or a directory is refused, not read
         return None
 
 
@@ -79,7 +79,9 @@ def _checksum(facts: dict, arrays: list[np.ndarray]) -> str:
 
 def _write_tables(path: Path, tables: dict) -> None:
     """Arrays + their sha256 and the small facts in JSON; a temporary name, then renamed."""
-    blob, ends = loading.join(tables["table"])
+    table = tables["table"]
+    blob = b"".join(table)
+    ends = np.cumsum(np.fromiter(map(len, table), dtype=np.int64, count=len(table)))
     arrays = [
         np.frombuffer(blob, dtype=np.uint8),
         ends,
@@ -114,11 +116,10 @@ def _read_tables(path: Path) -> dict | None:
         if meta["format"] != TABLES_FORMAT or meta["sha256"] != _checksum(facts, arrays):
             raise ValueError("checksum or format mismatch")
         tokens, ends, byte_ids, merge_ids = arrays
-        blob = tokens.tobytes()
-        table = loading.split(blob, ends)
-        if table is None:  # no C: the same slices in Python
-            ends = ends.tolist()
-            table = [blob[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        blob, starts = tokens.tobytes(), np.concatenate([[0], ends[:-1]])
+        if ends.size and (ends[-1] != len(blob) or np.any(ends < starts)):
+            raise ValueError("the token ends do not cut the tokens' bytes")
+        table = list(map(blob.__getitem__, map(slice, starts.tolist(), ends.tolist())))
         return {"table": table, "byte_ids": byte_ids.tolist(), "merge_ids": merge_ids, **facts}
     except (FileNotFoundError, NotADirectoryError):
         return None

@@ -70,9 +70,8 @@ class Tokenizer:
 
     @classmethod
     def _from_tables(cls, tables: dict, engine: str = "auto") -> Tokenizer:
-        """The tokenizer of these tables: kept by tables.py (nothing is checked again) or read
-        by loading.py (no digest or verdict yet: found when needed); merges become Python
-        objects only when asked for."""
+        """The tokenizer of these tables, kept by tables.py (nothing is checked again); merges
+        become Python objects only when asked for."""
         self = cls.__new__(cls)
         self._set_options(tables["pattern"], engine)
         self.special_token_ids = tables["special_token_ids"]
@@ -83,9 +82,7 @@ class Tokenizer:
         self._merges = self._merge_list = None
         self._start()
         self._digest = tables.get("digest")
-        if "tiktoken_ranks" in tables:  # checked as the file was read (loading.tiktoken_tables)
-            self._ranks = tables["tiktoken_ranks"]
-        elif tables.get("tiktoken") is not None:
+        if tables.get("tiktoken") is not None:
             self._ranks = encoder.rank_table(self._table, self._byte_ids, self._merge_array)
             self._ranks = self._ranks if tables["tiktoken"] else {}
         return self
