@@ -4,7 +4,8 @@ Prints one row per run (job): the settings that differ between the runs (what th
 varied), supervised tokens, wall time, final val/loss and val/bpb and the step of the best
 val/loss; and draws val/bpb against supervised tokens for every run into one PNG. Every
 number is read back from the runs' TensorBoard event files (`tb/`); the settings come from
-the HParams row the run wrote and, for Hydra jobs, from `.hydra/overrides.yaml`.
+the HParams row the run wrote and, for Hydra jobs, from the overrides of its launch and
+resumes (`.hydra/`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from packlm.errors import OneLineParser, bounded
-import yaml
 
 if TYPE_CHECKING:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -149,13 +149,16 @@ def _value_text(value: Any) -> str:
 
 
 def _overrides(run: Path) -> dict[str, str]:
-    """`key=value` overrides of a Hydra job (its `.hydra/overrides.yaml`), if any."""
-    path = run / ".hydra" / "overrides.yaml"
-    if not path.is_file():
-        return {}
-    entries = yaml.safe_load(path.read_text(encoding="utf-8")) or []
-    pairs = (str(e).lstrip("+~").split("=", 1) for e in entries)
-    return {k: v for k, v, *_ in (p + [""] for p in pairs) if not k.startswith("hydra.")}
+    """`key=value` overrides a Hydra job ended with: its launch's, then each accepted resume's
+    on top (packlm.runtime.run_records), so a resume that changed a setting shows its value."""
+    from packlm.runtime.run_records import overrides_in_force
+
+    pairs = (str(e).lstrip("+~").split("=", 1) for e in overrides_in_force(run))
+    return {
+        k: v
+        for k, v, *_ in (p + [""] for p in pairs)
+        if not k.startswith("hydra.") and k != "ckpt_path"
+    }
 
 
 def varied(rows: list[dict[str, Any]]) -> list[str]:

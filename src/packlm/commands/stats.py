@@ -9,6 +9,8 @@ With a mixture by share, "mixture" gives each source's pass and supervised targe
 and, per schedule phase, its shares, rows and expected supervised tokens per source (global
 batches of data.batch_size rows: one rank; "train" is then the plan of all sources at their
 natural size).
+With `ckpt_path=<run>/checkpoints/last.ckpt`: that run's settings as it trains them now (its
+launch and every accepted resume, the command line's on top), composed as a resume does.
 No model is built and neither torch nor Lightning is imported; the tokenizer and stores come
 from the cache (built if missing).
 """
@@ -33,6 +35,7 @@ from packlm.data.plans import EpochPlans
 from packlm.data.store.sources.document import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
+from packlm.train.resume_config import resume_config
 
 
 def stats_epochs(cfg: DictConfig) -> int:
@@ -81,6 +84,8 @@ def main(cfg: DictConfig) -> None:
     HYDRA_FULL_ERROR=1 shows the traceback."""
     logs_to_stderr()  # keep stdout pure JSON
     with one_line_errors(ConfigError, SourceError, StoreError, OSError):
+        if cfg.get("ckpt_path"):  # a run's: the settings it trains with now, as a resume takes
+            cfg = resume_config(cfg)
         epochs = stats_epochs(cfg)
         json.dump(statistics(cfg, epochs), sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -28,6 +28,25 @@ class RunLocked(RuntimeError):
     """Another live process trains in this run folder."""
 
 
+class RunFolderTaken(RuntimeError):
+    """A fresh run was pointed at a folder that holds another run's checkpoints."""
+
+
+def check_fresh_folder(run_dir: Path) -> None:
+    """RunFolderTaken when `run_dir` holds a run's checkpoints: a fresh run there would replace
+    them (the same command typed twice, a reused hydra.run.dir). The line says how to resume
+    that run, where else to write, and the key that replaces it."""
+    run_dir = Path(run_dir)
+    found = sorted((run_dir / "checkpoints").glob("*.ckpt"), key=lambda p: p.name != "last.ckpt")
+    if not found:
+        return
+    raise RunFolderTaken(
+        f"{run_dir} holds a run ({found[0].relative_to(run_dir)}): resume it with "
+        f"`python train.py ckpt_path={found[0]}`, give the new run another folder "
+        "(hydra.run.dir=...), or replace that run with overwrite_run=true"
+    )
+
+
 def in_use_message(run_dir: Path, owner: dict) -> str:
     holder = (
         f"process {owner.get('pid', '?')} on {owner.get('host', '?')}, "
@@ -75,15 +94,18 @@ class WritableRunDir(Callback):
     """Hydra callback (conf/config.yaml, hydra.callbacks): the run or sweep directory is made
     and probed before Hydra writes .hydra/ into it, so a read-only or impossible
     hydra.run.dir is one `error:` line (exit 1), not Hydra's traceback; and a run directory
-    a live run holds is refused (one line, exit 1) before anything is written there."""
+    a live run holds, or a fresh run into one holding another run's checkpoints, is refused
+    (one line, exit 1) before anything is written there."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         subdir = config.hydra.get("output_subdir", ".hydra")
         writes_config = subdir is not None  # not the tools, not DDP ranks > 0
         rank = next((os.environ[v] for v in RANK_VARIABLES if v in os.environ), "0")
         if writes_config and rank == "0":  # ranks > 0 run in rank 0's held folder by design
-            with one_line_errors(RunLocked):  # before the write probe: a refusal touches nothing
-                check_not_in_use(Path(config.hydra.run.dir))
+            with one_line_errors(RunLocked, RunFolderTaken):  # before the write probe: a
+                check_not_in_use(Path(config.hydra.run.dir))  # refusal touches nothing
+                if not config.get("ckpt_path") and not config.get("overwrite_run"):
+                    check_fresh_folder(Path(config.hydra.run.dir))
         self._check(config.hydra.run.dir, "the run directory (hydra.run.dir)")
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:

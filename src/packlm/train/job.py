@@ -37,7 +37,8 @@ from packlm.data.datamodule import PackedDataModule
 from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
-from packlm.runtime.run_folder import check_writable
+from packlm.runtime.run_folder import RunFolderTaken, check_fresh_folder, check_writable
+from packlm.runtime.run_records import commit, discard_pending
 from packlm.train.allocator import keep_freed_memory
 from packlm.train.compose import compose, model_vocab
 from packlm.train.ddp_hydra import ddp_relaunch_runs_this_job
@@ -67,6 +68,9 @@ def train(
     `callbacks` are added to the run's own (tests, notebooks). SIGTERM or Ctrl-C stop the
     run after the current optimizer step with `checkpoints/last.ckpt` written, and raise
     `TrainingStopped` (`main` turns it into exit code 128 + the signal number).
+    A fresh run into a folder holding another run's checkpoints is refused (RunFolderTaken)
+    unless cfg.overwrite_run; the run's record is written once every check has passed
+    (packlm.runtime.run_records.commit).
     """
     config = validate_config(cfg)  # every key checked before any work starts
     _check_strategy_fits_the_machine(config.trainer.strategy, config.trainer.accelerator)
@@ -82,6 +86,8 @@ def train(
     check_writable(Path(cfg.cache_dir), "cache_dir")
     owns_folder = rank_zero_only.rank == 0  # DDP: rank 0 holds the run folder for all ranks
     with run_lock(run_dir) if owns_folder else contextlib.nullcontext():
+        if owns_folder and not cfg.ckpt_path and not cfg.get("overwrite_run"):
+            check_fresh_folder(run_dir)  # under the lock: no fresh run slips in between
         return _fit(cfg, config, run_dir, checkpoint, init, callbacks)
 
 
@@ -118,6 +124,8 @@ def _fit(
         del checkpoint
     if init is not None:
         check_init_from(cfg.init_from, init, model_config, datamodule.tokenizer)
+    if rank_zero_only.rank == 0:  # accepted: the run's record, an earlier run's files gone
+        commit(run_dir, cfg, None if resume_step is None else resume_step[0])
     run = compose(cfg, config, run_dir, datamodule, model_config, resume_step, callbacks)
     trainer, module = run.trainer, run.module
     if init is not None:
@@ -189,7 +197,15 @@ def _check_strategy_fits_the_machine(strategy: Any, accelerator: Any) -> None:
         )
 
 
-ONE_LINE = (ConfigError, SourceError, StoreError, OSError, TrainingDiverged, RunLocked)
+ONE_LINE = (
+    ConfigError,
+    SourceError,
+    StoreError,
+    OSError,
+    TrainingDiverged,
+    RunLocked,
+    RunFolderTaken,
+)
 """The errors `main` prints as one line (config: exit 2, the others: exit 1)."""
 
 
@@ -212,6 +228,8 @@ def main(cfg: DictConfig) -> float:
         # rank 0 reports the signal; other DDP ranks end cleanly (a non-zero exit of a child
         # makes Lightning's process observer SIGKILL every rank)
         raise SystemExit(stopped.exit_code if rank_zero_only.rank == 0 else 0) from None
+    finally:
+        discard_pending()  # a refused command's config is no record of the run
     return metrics.get(cfg.optimized_metric, float("nan"))
 
 

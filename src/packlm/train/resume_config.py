@@ -1,8 +1,9 @@
 """A resume takes its run's own settings: `python train.py ckpt_path=<run>/checkpoints/last.ckpt`
 works as printed after a run started with `experiment=tiny data.window=64 ...`.
 
-Hydra saves the overrides of every launch in the run folder: `.hydra/overrides.yaml` (the
-first), `.hydra/resume-<time>/overrides.yaml` (each resume). The config of a resume is
+The run folder records the overrides of its launch and of every accepted resume
+(`.hydra/overrides.yaml`, `.hydra/resume-<time>/overrides.yaml`: packlm.runtime.run_records;
+a refused command leaves none). The config of a resume is
 composed from those, oldest first, then the command line's: one value per key, the latest
 winning, so a key given now is applied (and a resume refuses or logs it as for any change),
 and a key not given keeps the run's value. A run folder without them (a run started with
@@ -16,20 +17,19 @@ from pathlib import Path
 
 from hydra import compose
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from packlm.checkpoint.contents import run_dir_of
+from packlm.runtime.run_records import run_folder_of, run_records
 
 log = logging.getLogger(__name__)
 
 
 def run_overrides(run_dir: Path) -> list[str] | None:
     """The overrides the run was launched and resumed with, oldest first (None: no record)."""
-    first = run_dir / ".hydra" / "overrides.yaml"
-    if not first.is_file():
+    records = run_records(run_dir)
+    if not records or not (records[0].path / "overrides.yaml").is_file():
         return None
-    resumes = sorted((run_dir / ".hydra").glob("resume-*/overrides.yaml"))  # names sort by time
-    return [str(o) for path in (first, *resumes) for o in (OmegaConf.load(path) or [])]
+    return [o for record in records for o in record.overrides()]
 
 
 def _key(override: str) -> str:
@@ -54,7 +54,7 @@ def resume_config(cfg: DictConfig, given: list[str] | None = None) -> DictConfig
     Hydra's task overrides) on top; `cfg` unchanged where the run folder has no record."""
     if not Path(cfg.ckpt_path).is_file():
         return cfg  # validation names it
-    saved = run_overrides(run_dir_of(Path(cfg.ckpt_path)))
+    saved = run_overrides(run_folder_of(Path(cfg.ckpt_path)))
     if saved is None:
         return cfg
     if given is None:

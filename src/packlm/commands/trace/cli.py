@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     with one_line_errors(ConfigError, OSError, SourceError, StoreError):
         ints, paths = arguments(argv)
         show_why()
-        tracer = tracer_of(paths[0], ints.get("world"))
+        tracer = tracer_of(paths[0], ints.get("world"), ints.get("step"))  # its settings then
         if "step" in ints:
             where = tracer.step_batches(ints["step"])
             last = tracer.trained_steps

@@ -1,4 +1,5 @@
-"""The Tracer of a run directory or a checkpoint: its saved data, tokenizer and trainer config."""
+"""The Tracer of a run directory or a checkpoint: the data, tokenizer and trainer settings it
+trained with at the step traced."""
 
 from __future__ import annotations
 
@@ -12,47 +13,43 @@ from packlm.data.plans import EpochPlans
 from packlm.errors import ConfigError
 
 
-def tracer_of(path: str | Path, world_size: int | None = None) -> Tracer:
-    """The Tracer of a run directory (`.hydra/config.yaml`) or a checkpoint (its stored data
-    config and tokenizer; the trainer settings from its run's config when there is one)."""
-    from omegaconf import OmegaConf
-
+def tracer_of(path: str | Path, world_size: int | None = None, step: int | None = None) -> Tracer:
+    """The Tracer of a run directory or a checkpoint, with the settings the run trained with
+    at optimizer step `step` (None: its last step): those of the run's launch or resume record
+    in force then (packlm.runtime.run_records; a resume that changed a setting, such as the
+    mixture schedule, starts a record), else the launch's `.hydra/config.yaml`. A checkpoint's
+    own data config and loader state are used where the step is under the record the
+    checkpoint was written with; a run started from Python has only the checkpoint's."""
     from packlm.checkpoint.contents import KEY, read_checkpoint, run_dir_of
     from packlm.checkpoint.contents import tokenizer_from_checkpoint as tok_of
     from packlm.config.data import DataConfig
-    from packlm.config.schema import register_configs
     from packlm.config.tokenizer import TokenizerConfig
+    from packlm.runtime.run_records import record_at, settings_of
 
-    register_configs()  # a saved config names packlm's resolvers (`${packlm.project_dir:}`)
     path = Path(path)
-    run_cfg, tokenizer, data, expected, trained, loader = None, None, None, None, None, {}
     if path.is_dir():
-        saved = path / ".hydra" / "config.yaml"
-        if not saved.is_file():
+        run_dir, ckpt = path, path / "checkpoints" / "last.ckpt"
+        if not (path / ".hydra" / "config.yaml").is_file():
             raise ConfigError(f"{path}: no .hydra/config.yaml (not a run directory)")
-        run_cfg = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
-        last = path / "checkpoints" / "last.ckpt"
-        if last.is_file():  # the store it trained on, its last step, its very tokenizer
-            checkpoint = read_checkpoint(last)
-            expected, trained = trained_store(checkpoint), checkpoint.get("global_step")
-            loader = loader_state(checkpoint)
-            tokenizer = tok_of(checkpoint) if KEY in checkpoint else None
     elif path.is_file():
-        checkpoint = read_checkpoint(path)
-        expected, trained = trained_store(checkpoint), checkpoint.get("global_step")
-        loader = loader_state(checkpoint)
-        extras = checkpoint.get(KEY) or {}
-        if "data" not in extras:
-            raise ConfigError(f"{path}: no packlm data config (not written by packlm's train.py)")
-        data, tokenizer = extras["data"], tok_of(checkpoint)
-        saved = run_dir_of(path) / ".hydra" / "config.yaml"
-        if saved.is_file():
-            run_cfg = OmegaConf.to_container(OmegaConf.load(saved), resolve=True)
-        elif extras.get("cache_dir") and Path(extras["cache_dir"]).is_dir():  # run from Python
-            run_cfg = {"cache_dir": extras["cache_dir"]}
+        run_dir, ckpt = run_dir_of(path), path
     else:
         raise ConfigError(f"{path}: no such run directory or checkpoint")
-    run_cfg = run_cfg or {}
+    tokenizer, data, expected, trained, loader, extras = None, None, None, None, {}, {}
+    record = record_at(run_dir, step)
+    if ckpt.is_file():  # the store it trained on, its last step, its very tokenizer
+        checkpoint = read_checkpoint(ckpt)
+        expected, trained = trained_store(checkpoint), checkpoint.get("global_step")
+        extras = checkpoint.get(KEY) or {}
+        if path.is_file() and "data" not in extras:
+            raise ConfigError(f"{path}: no packlm data config (not written by packlm's train.py)")
+        tokenizer = tok_of(checkpoint) if "tokenizer" in extras else None
+        if record == record_at(run_dir, max(int(trained or 0) - 1, 0)):  # written under it
+            data, loader = extras.get("data"), loader_state(checkpoint)
+    run_cfg = settings_of(record.config() if record is not None else None)
+    cache = extras.get("cache_dir")
+    if not run_cfg and cache and Path(cache).is_dir():  # a run started from Python
+        run_cfg = {"cache_dir": cache}
     trainer = run_cfg.get("trainer") or {}
     data = DataConfig.from_mapping(data if data is not None else run_cfg.get("data") or {})
     if tokenizer is None:
