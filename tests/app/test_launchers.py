@@ -2,8 +2,8 @@
 (joblib's workers, submitit's jobs) with the default DataLoader workers, share one cache under
 its locks, are named by what the sweep varies, and `packlm.compare` reads them back.
 
-The joblib sweep is README's line as written, with the tiny corpus, model and step budget
-appended; before packlm chose its loader's start method, every job of it failed in loky's
+The joblib sweep is docs/training.md's line as written, with the tiny corpus, model and step
+budget appended; before packlm chose its loader's start method, every job of it failed in loky's
 worker with "'Process' object has no attribute 'env'"."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.markdown_commands import readme_command
+from helpers.markdown_commands import documented_command
 from helpers.runs import ROOT, tiny_overrides
 
 JOBLIB_LINE = "python train.py -m hydra/launcher=joblib"
@@ -53,11 +53,11 @@ def check_jobs_and_compare(sweep_dir: Path, strides: list[str]) -> None:
 
 
 def readme_joblib_sweep() -> tuple[list[str], list[str]]:
-    """README's joblib line (arguments after train.py) and the strides it sweeps."""
+    """The documented joblib line (arguments after train.py) and the strides it sweeps."""
     pytest.importorskip(
         "hydra_plugins.hydra_joblib_launcher", reason='pip install "packlm[launchers]"'
     )
-    given = readme_command(JOBLIB_LINE).argv[2:]
+    given = documented_command(JOBLIB_LINE).argv[2:]
     strides = next(a for a in given if a.startswith("data.stride=")).split("=")[1].split(",")
     return given, strides
 

@@ -122,8 +122,8 @@ def packlm_argv(argv: list[str]) -> tuple[str, list[str]] | None:
     return None
 
 
-def readme_command(prefix: str) -> Command:
-    """The README command that starts with `prefix`."""
-    found = [c for c in commands(ROOT / "README.md") if c.text.startswith(prefix)]
-    assert len(found) == 1, f"README.md: {len(found)} commands start with {prefix!r}"
+def documented_command(prefix: str) -> Command:
+    """The command of README.md or docs/*.md that starts with `prefix` (exactly one)."""
+    found = [c for c in all_commands() if c.text.startswith(prefix)]
+    assert len(found) == 1, f"README.md, docs/: {len(found)} commands start with {prefix!r}"
     return found[0]
