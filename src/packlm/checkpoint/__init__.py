@@ -11,4 +11,7 @@ checkpoint never imports Lightning).
    weights) and `TrainingDiverged`.
 5. `resume.py`: the checks made before a resume or `init_from` does any work (data plan,
    model shape, tokenizer), and the changed settings a resume applies.
+6. `verify.py` and `foreign.py`, run by `contents.read_checkpoint` for every loader: a damaged
+   checkpoint (CRC32, non-finite weights) and one packlm did not write or cannot use
+   (another program's, another version's) are refused in one line.
 """

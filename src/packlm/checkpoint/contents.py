@@ -30,6 +30,7 @@ def tokenizer_from_checkpoint(checkpoint: dict[str, Any]):
 
 
 def run_dir_of(ckpt_path: Path) -> Path:
+    _refuse_a_directory(ckpt_path, "ckpt_path")
     if not ckpt_path.is_file():
         raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint")
     parent = ckpt_path.resolve().parent
@@ -43,9 +44,14 @@ def read_checkpoint(path: Path, key: str = "ckpt_path") -> dict[str, Any]:
     loses the archive's directory at its end) is said so, not with torch's advice to save
     with `_use_new_zipfile_serialization` that mmap gives for any non-zip file. A damaged one
     (an entry that fails its CRC32, a non-finite weight) is refused naming the entry or the
-    weight (packlm.checkpoint.verify)."""
+    weight (packlm.checkpoint.verify). One packlm did not write, or cannot use (another
+    program's, another version's), is refused naming what is missing (`foreign.py`)."""
+    from packlm.checkpoint.foreign import check_packlm
     from packlm.checkpoint.verify import check_entries, check_finite
 
+    _refuse_a_directory(path, key)
+    if path.is_file() and path.stat().st_size == 0:
+        raise ConfigError(f"{key}={path}: an empty file, not a checkpoint")
     if path.is_file() and not zipfile.is_zipfile(path):
         raise ConfigError(f"{key}={path}: not a checkpoint (not a torch zip archive / truncated)")
     if path.is_file():
@@ -56,5 +62,13 @@ def read_checkpoint(path: Path, key: str = "ckpt_path") -> dict[str, Any]:
         raise ConfigError(
             f"{key}={path}: cannot read the checkpoint ({type(e).__name__}: {e})"
         ) from e
+    check_packlm(checkpoint, path, key)
     check_finite(checkpoint, path, key)
     return checkpoint
+
+
+def _refuse_a_directory(path: Path, key: str) -> None:
+    if path.is_dir():
+        inside = path / "checkpoints" / "last.ckpt"
+        hint = f" (its run's last one is {inside})" if inside.is_file() else ""
+        raise ConfigError(f"{key}={path}: a directory, not a checkpoint file{hint}")

@@ -33,7 +33,7 @@ def load_checkpoint(ckpt_path: str | Path) -> Checkpoint:
     if ckpt_path is None or str(ckpt_path) == "":
         raise ConfigError("ckpt_path: give the checkpoint to read (ckpt_path=<file.ckpt>)")
     path = Path(ckpt_path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"ckpt_path={ckpt_path}: no such checkpoint")
     ckpt = read_checkpoint(path)
     hparams = ckpt.get("hyper_parameters") or {}

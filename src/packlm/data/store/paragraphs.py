@@ -20,6 +20,7 @@ manifest checksum, the token bytes and this definition's version; it is opened a
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import uuid
 from collections.abc import Sequence
@@ -29,6 +30,8 @@ from typing import Any
 import numpy as np
 
 from packlm.data.store.layout import write_npy
+
+log = logging.getLogger(__name__)
 
 VERSION = 1  # of the definition above: a new one gives a new cache key
 CHUNK = 1 << 20  # tokens per vectorised step
@@ -97,18 +100,39 @@ def cache_key(manifest: dict[str, Any], table: Sequence[bytes]) -> str:
 
 
 def cached_paragraph_starts(store: Any, table: Sequence[bytes]) -> np.ndarray:
-    """The store's paragraph starts, from its cache file (a memmap) or computed and cached."""
+    """The store's paragraph starts, from its cache file (a memmap) or computed and cached.
+    A cache file that is not what this module writes (cut short, emptied, overwritten) is
+    said so and rebuilt from the store: it is derived, never a reason to fail a run."""
     path = Path(store.path) / f"paragraphs-{cache_key(store.manifest, table)}.npy"
-    if not path.is_file():
-        starts = paragraph_starts(store.tokens, np.asarray(store.doc_offsets), table)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        try:
-            with open(tmp, "wb") as f:
-                write_npy(f, starts)
-            os.replace(tmp, path)  # concurrent builders write the same bytes: last one wins
-        finally:
-            tmp.unlink(missing_ok=True)
+    if path.is_file():
+        starts, damage = _open_checked(path, len(store.tokens))
+        if damage is None:
+            return starts
+        log.warning("%s: a damaged paragraph index (%s): rebuilt from the store", path, damage)
+    starts = paragraph_starts(store.tokens, np.asarray(store.doc_offsets), table)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        return np.load(path, mmap_mode="r")
-    except ValueError:  # an empty array: mmap cannot map 0 bytes
-        return np.load(path)
+        with open(tmp, "wb") as f:
+            write_npy(f, starts)
+        os.replace(tmp, path)  # concurrent builders write the same bytes: last one wins
+    finally:
+        tmp.unlink(missing_ok=True)
+    return _open_checked(path, len(store.tokens))[0]
+
+
+def _open_checked(path: Path, n_tokens: int) -> tuple[np.ndarray, str | None]:
+    """(the cached starts, None), or (anything, what is wrong with the file): an .npy of one
+    dimension, uint32 or int64, strictly increasing store positions (one pass over the
+    starts, a few hundredths of the store's bytes)."""
+    try:
+        try:
+            starts = np.load(path, mmap_mode="r")
+        except ValueError:  # an empty array (mmap cannot map 0 bytes), or a damaged file
+            starts = np.load(path)
+    except (OSError, ValueError, EOFError) as e:
+        return np.zeros(0, np.int64), f"{type(e).__name__}: {str(e)[:200]}"
+    if starts.ndim != 1 or starts.dtype not in (np.uint32, np.int64):
+        return starts, f"{starts.dtype} of shape {starts.shape}, not store positions"
+    if len(starts) and (starts[-1] >= n_tokens or np.any(np.diff(starts.astype(np.int64)) <= 0)):
+        return starts, f"positions not increasing below the store's {n_tokens:,} tokens"
+    return starts, None
