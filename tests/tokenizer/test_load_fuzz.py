@@ -425,7 +425,7 @@ def test_the_example_files_of_the_issue_end_in_one_short_line(tiny, tmp_path):
         assert isinstance(message, str) and len(message) < 500, message[:600]
     (tmp_path / "tokenizer.json").write_bytes(nested)
     message = outcome(lambda: load_path(tmp_path / "tokenizer.json"), tmp_path / "tokenizer.json")
-    assert "not valid JSON" in message, message
+    assert "JSON nested too deeply to read" in message, message
 
 
 @pytest.mark.parametrize(

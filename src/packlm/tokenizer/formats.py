@@ -119,9 +119,9 @@ def parse_json(text: str, path: Path) -> object:
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     except RecursionError:
-        raise ValueError(f"{path}: not valid JSON here (nested too deeply to parse)") from None
+        raise ValueError(f"{path}: JSON nested too deeply to read") from None
     except ValueError as e:  # int(): "Exceeds the limit (4300 digits) ..."
-        raise ValueError(f"{path}: not valid JSON here ({excerpt(str(e))})") from None
+        raise ValueError(f"{path}: JSON that cannot be read ({excerpt(str(e))})") from None
 
 
 def serialized(table: list[bytes], indices: np.ndarray | None = None) -> bytes:
