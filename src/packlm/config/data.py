@@ -90,6 +90,14 @@ class DataConfig(ConfigGroup):
     each assistant turn's content and its end-of-turn token (assistant), or every token as
     in plain text (all). Plain-text documents are always supervised. Read at batch time from
     the roles the store keeps, so changing it rebuilds nothing."""
+    chat_overflow: str = "cut_turns"
+    """A conversation longer than one sample (window+1 tokens, data.pack_size when smaller,
+    less the BOS with data.bos): cut_turns (cut between turns into documents that each end
+    with a whole assistant turn and fit; turns that fit no piece are dropped) or drop (left
+    out whole). Counted in the data summary (tokens in = stored + dropped). Done when the
+    store is built, so with conversations the window is part of the store's key. No
+    conversation is cut across rows only when a row is one pack (pack_size: window+1, or
+    packing: none); docs/conversations.md."""
     window: int = 128
     """T: input positions per sample; a sample reads T+1 tokens; at most model.context_length."""
     stride: int = 128

@@ -21,6 +21,7 @@ SNAP_TO = ("none", "document", "paragraph")
 PACK_STRATEGIES = ("ordered", "best_fit")
 ENCODING_ERRORS = ("strict", "replace", "skip")
 CHAT_SUPERVISED = ("assistant", "all")
+CHAT_OVERFLOW = ("drop", "cut_turns")
 
 
 def check_data(cfg: Any, model_context: int | None = None) -> Any:
@@ -65,6 +66,7 @@ def check_data(cfg: Any, model_context: int | None = None) -> Any:
         )
     check_choice("data.pack_strategy", cfg.pack_strategy, PACK_STRATEGIES)
     check_choice("data.chat_supervised", cfg.chat_supervised, CHAT_SUPERVISED)
+    check_choice("data.chat_overflow", cfg.chat_overflow, CHAT_OVERFLOW)
     _check_skips(cfg.skip_documents, cfg.skip_steps)
     buffer = cfg.pack_buffer
     if not isinstance(buffer, int) or isinstance(buffer, bool) or buffer < 2:

@@ -26,6 +26,7 @@ import numpy as np
 from tqdm import tqdm  # not tqdm.auto: in Jupyter without ipywidgets it warns at import
 
 from packlm.cache.entry import replace_dir, temporary_sibling
+from packlm.data.store.chat_overflow import Overflow, apply_overflow
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.encode import DocumentPieces, OrderedEncoder
 from packlm.data.store.sources import ReadCounts, iter_documents
@@ -59,11 +60,13 @@ def build_stores(
     workers: int,
     progress: bool = True,
     chat: ChatFormat | None = None,
+    overflow: Overflow | None = None,
 ) -> tuple[TokenStore, TokenStore]:
     """Build `dest/train` and `dest/val`; replace `dest` only once both are complete.
 
     `chat`: the chat format's ids in `tokenizer`, when a source holds conversations (their
-    role codes are stored beside the ids). The caller holds the entry's lock
+    role codes are stored beside the ids); `overflow`: what happens to a conversation longer
+    than a sample (`packlm.data.store.chat_overflow`). The caller holds the entry's lock
     (`packlm.cache.entry.locked`).
     """
     dest = Path(dest)
@@ -87,6 +90,9 @@ def build_stores(
             ) as bar,
         ):
             state = {"train": SplitState(train_writer), "val": SplitState(val_writer)}
+            if overflow is not None:
+                for st in state.values():
+                    st.overflow, st.chat_start_id = overflow, chat.start_id
             enc = DocumentPieces(tokenizer)
             if chat is not None:  # control tokens decode to no text, as special tokens
                 enc.byte_lengths[[chat.start_id, chat.end_id]] = 0
@@ -220,8 +226,14 @@ def _write(
         ids, lengths = _join_pieces(st, ids, lengths, np.asarray(chunk.ends, dtype=bool))
         if codes is not None and len(lengths):  # the head holds the waiting pieces
             codes = np.concatenate([np.zeros(waiting, np.uint8), codes[: len(ids) - waiting]])
+    doc_ids, sources = chunk.doc_ids, chunk.sources
+    if st.overflow is not None and codes is not None and len(lengths):
+        ids, lengths, codes, doc_ids, sources = apply_overflow(
+            ids, lengths, codes, doc_ids, sources, st.overflow, st.chat_start_id,
+            st.overflow_counts,
+        )  # fmt: skip
     if len(lengths):
-        st.writer.add_many(ids, lengths, chunk.doc_ids, chunk.sources, codes)
+        st.writer.add_many(ids, lengths, doc_ids, sources, codes)
     st.nbytes += chunk.nbytes
     bar.update(chunk.nbytes)
 

@@ -25,6 +25,7 @@ from packlm.config.data import DataConfig
 from packlm.config.data_checks import parse_shard
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.store.build import SPLITS, build_stores
+from packlm.data.store.chat_overflow import Overflow
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.encode import available_cores
 from packlm.data.store.split_state import StoreHeader
@@ -121,6 +122,7 @@ def prepare_stores(
     eos_id = _special_id(tok, tok_dir, tokenizer, tokenizer.special_tokens[0])
     pad_id = _special_id(tok, tok_dir, tokenizer, PAD_TOKEN)
     chat = chat_format(tok, tok_dir, corpus)
+    overflow = Overflow.of(data) if chat is not None else None
     stores: list[tuple[TokenStore, TokenStore] | None] = []
     missing: list[str] = []
     for part in parts:
@@ -130,6 +132,8 @@ def prepare_stores(
             "eos_id": eos_id,
             "pad_id": pad_id,
         }
+        if overflow is not None:  # conversations longer than a sample: data.chat_overflow
+            fingerprint["data.chat_overflow"] = overflow.fingerprint()
         dest = cache_dir / STORES_DIR / digest(fingerprint)
         if read_only:  # data.shards: the shards are built by data.shard=i/N
             found, problem = _open_cached(dest, fingerprint)
@@ -140,7 +144,9 @@ def prepare_stores(
             continue
         header = StoreHeader(fingerprint, eos_id, pad_id)
         workers = _workers(num_workers, part.total_bytes)
-        stores.append(_open_or_build(part, tok, header, dest, workers, progress, chat))
+        stores.append(
+            _open_or_build(part, tok, header, dest, workers, progress, chat, overflow)
+        )
     if missing:
         raise StoreError(_missing_shards(data, missing, cache_dir))
     for train, _ in stores:
@@ -158,7 +164,7 @@ def prepare_stores(
 
 def _open_or_build(
     corpus: Corpus, tok: Any, header: StoreHeader, dest: Path, workers: int, progress: bool,
-    chat: ChatFormat | None = None,
+    chat: ChatFormat | None = None, overflow: Overflow | None = None,
 ) -> tuple[TokenStore, TokenStore]:  # fmt: skip
     """The cached stores at `dest`, or built there under its lock."""
     stores, problem = _open_cached(dest, header.fingerprint)
@@ -176,7 +182,7 @@ def _open_or_build(
             problem or describe_change(previous, header.fingerprint),
             dest,
         )
-        return build_stores(corpus, tok, header, dest, workers, progress, chat)
+        return build_stores(corpus, tok, header, dest, workers, progress, chat, overflow)
 
 
 def _missing_shards(data: DataConfig, missing: list[str], cache_dir: Path) -> str:

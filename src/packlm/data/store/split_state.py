@@ -9,12 +9,14 @@ the files read, which a later reuse compares with the sources.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from packlm.data.store.chat_overflow import Overflow
 from packlm.data.store.corpus import Corpus
 from packlm.data.store.sources import ReadCounts, SourceError
 from packlm.data.store.sources.entries import files_fingerprint
@@ -54,6 +56,11 @@ class SplitState:
     """UTF-8 bytes the written tokens decode to (EOS excluded): must equal `nbytes`."""
     cuts_inside_pretokens: int = 0
     partial: list[np.ndarray] = field(default_factory=list)  # ids of a long document's pieces
+    overflow: Overflow | None = None  # data.chat_overflow (conversations in the corpus)
+    chat_start_id: int = -1
+    overflow_counts: Counter = field(default_factory=Counter)
+    """Conversations longer than a sample: tokens_in, tokens_dropped, conversations_cut,
+    conversations_dropped, turns_dropped (`chat_overflow.apply_overflow`)."""
 
 
 def check_bytes(dest: Path, split: str, st: SplitState) -> None:
@@ -99,6 +106,24 @@ def _bad_records(read: ReadCounts) -> dict[str, Any]:
     return {"bad_records": dict(read.bad_records), "bad_record_examples": read.bad_record_examples}
 
 
+def _overflow(st: SplitState) -> dict[str, Any]:
+    """data.chat_overflow's counts (absent without conversations); logged when it acted."""
+    if st.overflow is None:
+        return {}
+    c = st.overflow_counts
+    if c["conversations_cut"] or c["conversations_dropped"]:
+        log.warning(
+            "data %s: %d conversations longer than %d tokens (data.chat_overflow=%s): %d cut "
+            "between turns, %d dropped; %d turns / %d of %d conversation tokens dropped",
+            st.writer.path.name, c["conversations_cut"] + c["conversations_dropped"],
+            st.overflow.max_tokens, st.overflow.policy, c["conversations_cut"],
+            c["conversations_dropped"], c["turns_dropped"], c["tokens_dropped"], c["tokens_in"],
+        )  # fmt: skip
+    keys = ("tokens_in", "tokens_dropped", "conversations_cut", "conversations_dropped",
+            "turns_dropped")  # fmt: skip
+    return {"chat_overflow": {**st.overflow.fingerprint(), **{k: int(c[k]) for k in keys}}}
+
+
 def split_manifest(corpus: Corpus, header: StoreHeader, split: str, state) -> dict[str, Any]:
     """Counts, and per source what was read: its files' sizes and mtimes as they were after
     reading (`files_fingerprint`), which a reuse compares with the sources' (`prepared.py`)."""
@@ -113,6 +138,8 @@ def split_manifest(corpus: Corpus, header: StoreHeader, split: str, state) -> di
                     shown)  # fmt: skip
     if split == "val":
         dropped["duplicate_of_train"] = st.duplicates
+    if st.overflow_counts["conversations_dropped"]:
+        dropped["overlong_conversations"] = st.overflow_counts["conversations_dropped"]
     return {
         "split": split,
         "fingerprint": header.fingerprint,
@@ -129,6 +156,7 @@ def split_manifest(corpus: Corpus, header: StoreHeader, split: str, state) -> di
             "replaced_invalid_utf8": st.read.replaced_invalid_utf8,
             "normalized_newlines": st.read.normalized_newlines,
             **_bad_records(st.read),
+            **_overflow(st),
             **({"left_out": _named(st.read.left_out)} if st.read.left_out else {}),
         },
     }

@@ -129,10 +129,11 @@ def union_manifest(manifests: list[dict[str, Any]]) -> dict[str, Any]:
     counts: dict[str, Any] = {}
     for m in manifests:
         for key, value in m["counts"].items():
-            if key == "dropped":
-                dropped = counts.setdefault("dropped", {})
+            if key in ("dropped", "chat_overflow"):  # by reason; the policy is the shards'
+                merged = counts.setdefault(key, {})
                 for why, n in value.items():
-                    dropped[why] = dropped.get(why, 0) + n
+                    same = why in ("policy", "max_tokens")  # data.chat_overflow's settings
+                    merged[why] = n if same else merged.get(why, 0) + n
             elif key in SUMMED:
                 counts[key] = counts.get(key, 0) + value
     out["counts"] = counts
