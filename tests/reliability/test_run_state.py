@@ -13,7 +13,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from helpers.runs import checkpoint_step, reliability_overrides, run_train
+from packlm.runtime.run_folder import RunFolderTaken
 from packlm.runtime.run_records import PENDING_PREFIX, record_at, run_records, timeline
+from packlm.train import train
 
 LOGS = ("job.log", ".run.lock")  # what a refused command may append to (read by no command)
 
@@ -34,6 +36,21 @@ def dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     return child.pid
+
+
+def test_train_refuses_a_fresh_run_into_a_folder_holding_checkpoints(compose_tiny, tmp_path):
+    """train(cfg, run_dir) from Python too (and a sweep's job, which Hydra's run callback does
+    not see): refused under the run lock, before any work; overwrite_run=true replaces it."""
+    run = tmp_path / "run"
+    train(compose_tiny("trainer.max_steps=2"), run_dir=run)
+    last = run / "checkpoints" / "last.ckpt"
+    before = snapshot(run)
+    with pytest.raises(RunFolderTaken, match="overwrite_run=true"):
+        train(compose_tiny("trainer.max_steps=3"), run_dir=run)
+    assert snapshot(run) == before
+    train(compose_tiny("trainer.max_steps=3", "overwrite_run=true"), run_dir=run)
+    assert checkpoint_step(last) == 3
+    assert len(list((run / "tb").glob("events.out.tfevents.*"))) == 1  # the new run's only
 
 
 @pytest.mark.slow
