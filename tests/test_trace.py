@@ -150,7 +150,7 @@ def test_command_line_prints_json_and_text_and_refuses_unknown_keys(prepared, mo
     assert text.startswith("step ") and "epoch 1, global batch 0" in text and "doc " in text
     with pytest.raises(SystemExit) as e:
         main(["run", "stepp=0"])
-    assert e.value.code == 2 and "unknown: stepp" in capsys.readouterr().err
+    assert e.value.code == 2 and "stepp: unknown argument" in capsys.readouterr().err
 
 
 def test_skipped_steps_of_a_mixture_trace_to_the_batches_trained(prepared):

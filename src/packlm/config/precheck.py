@@ -21,14 +21,17 @@ precheck accepts runs as before; anything it cannot judge is left to Hydra.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import itertools
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
@@ -48,6 +51,8 @@ from packlm.errors import ConfigError, one_line_errors
 SWEEP_VALUES = 32
 """Values of one swept key composed and validated here; a longer sweep's later values (a
 range of the same type) are validated by their own jobs."""
+IN_FILE = re.compile(r"In '([^']+)': (\w+) raised while composing config:\n?(.*)", re.S)
+"""Hydra's report of an error inside a config file: the file, the error's type, its text."""
 TYPE_WORDS = {
     "Integer": "must be an integer",
     "Float": "must be a number",
@@ -165,6 +170,10 @@ def composed(config_name: str, overrides: list[str], config_dir: str | None) -> 
         return compose(config_name, overrides=overrides)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(explain(e, config_name, overrides)) from None
+    except yaml.YAMLError as e:  # a config file that is not YAML
+        mark = getattr(e, "problem_mark", None)
+        where = f"{mark.name}, line {mark.line + 1}" if mark else "a config file"
+        raise ConfigError(f"{where}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
 
 
 def explain(e: BaseException, config_name: str, overrides: list[str]) -> str:
@@ -178,12 +187,15 @@ def explain(e: BaseException, config_name: str, overrides: list[str]) -> str:
         return f"{group}={option}: no such option{hint}; options: {', '.join(e.options)}"
     if isinstance(e, MissingConfigException):
         return message.splitlines()[0]
+    in_file = IN_FILE.match(message)
+    if in_file:  # a preset's or a --config-dir file's own key or value
+        return in_file_error(*in_file.groups(), config_name=config_name)
     full_key = getattr(cause, "full_key", None)
     if message.startswith("Could not override") and full_key:
         return unknown_key(full_key, getattr(cause, "parent_node", None), config_name)
     if isinstance(cause, ValidationError) and full_key:
         value = _given(overrides, full_key)
-        return f"{full_key}={value}: {type_words(cause)}"
+        return f"{full_key}={value}: {type_words(str(getattr(cause, 'msg', '') or cause))}"
     if isinstance(e, ConfigCompositionException) and message.startswith("Could not append"):
         key = message.split("'")[1]
         return f"+{key}: {key} is in the config already; set it without the +: {key}=..."
@@ -213,9 +225,25 @@ def unknown_key(full_key: str, parent: Any, config_name: str) -> str:
     return f"{full_key}: unknown key (the keys: {command} --help)"
 
 
-def type_words(cause: ValidationError) -> str:
+def in_file_error(where: str, kind: str, reason: str, config_name: str) -> str:
+    """`experiment/mine.yaml: data.windw: unknown key (did you mean data.window?)`: a wrong
+    key or value written in a config file rather than typed."""
+    key = re.search(r"full_key: (\S+)", reason)
+    first = reason.splitlines()[0] if reason else kind
+    if key and kind in ("ConfigKeyError", "ConfigAttributeError"):
+        parent = None
+        with contextlib.suppress(HydraException, OmegaConfBaseException):
+            parent = OmegaConf.select(compose(config_name), key[1].rpartition(".")[0] or "")
+        return f"{where}.yaml: {unknown_key(key[1], parent, config_name)}"
+    value = re.match(r"Value '(.*)' (of type|is not)", first)
+    if key and kind == "ValidationError" and value:
+        return f"{where}.yaml: {key[1]}={value[1]}: {type_words(first)}"
+    return f"{where}.yaml: {first}"
+
+
+def type_words(reason: str) -> str:
     """OmegaConf's reason a value does not fit its key's type, in a few words."""
-    reason = str(getattr(cause, "msg", "") or cause).splitlines()[0]
+    reason = reason.splitlines()[0]
     if "is not a valid bool" in reason:
         return TYPE_WORDS["Boolean"]
     for name, words in TYPE_WORDS.items():
