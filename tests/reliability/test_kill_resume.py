@@ -83,6 +83,7 @@ def test_a_signal_stops_after_the_step_with_a_checkpoint_and_resume_is_exact(
     assert stopped.value.signum == signum and stopped.value.checkpoint == last
     assert stopped.value.step == step + 1 == checkpoint_step(last)  # the step in flight finished
     assert stopped.value.exit_code == 128 + signum
+    assert str(stopped.value).endswith(f"\n  python train.py ckpt_path={last.resolve()}")
 
     prints = tmp_path / "resumed.txt"
     train(compose_tiny(f"ckpt_path={last}"), callbacks=[BatchHashes(prints)])
@@ -258,8 +259,11 @@ def test_train_py_stops_cleanly_on_sigterm_and_ctrl_c(
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, output[-3000:]
     name = signal.Signals(signum).name
-    assert f"stopped by {name} after step" in output and "resume with ckpt_path=" in output
-    assert f"stopped by {name}" in (run / "train.log").read_text()
+    assert f"stopped by {name} after step" in output
+    # the whole command that resumes it, the checkpoint's path absolute
+    last = (run / "checkpoints" / "last.ckpt").resolve()
+    assert f"  python train.py ckpt_path={last}\n" in output
+    assert f"stopped by {name}" in (run / "job.log").read_text()
     stop_step = checkpoint_step(run / "checkpoints" / "last.ckpt")
     assert stop_step >= 5  # no periodic checkpoint before: this one was written on the signal
     assert resume_and_compare(tiny_corpus, cache_dir, run, sub_reference, tmp_path) == stop_step

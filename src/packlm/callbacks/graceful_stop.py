@@ -1,10 +1,13 @@
 """SIGTERM and the first Ctrl-C: finish the optimizer step in flight, write `last.ckpt`,
-raise `TrainingStopped`; all ranks agree on the step to stop at. A second Ctrl-C interrupts at
+raise `TrainingStopped`, whose message ends with the whole command that resumes the run
+(`resume_command`); all ranks agree on the step to stop at. A second Ctrl-C interrupts at
 once (Lightning's KeyboardInterrupt path, no checkpoint)."""
 
 from __future__ import annotations
 
 import logging
+import re
+import shlex
 import signal
 import threading
 from pathlib import Path
@@ -26,14 +29,29 @@ class TrainingStopped(Exception):
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
         name = signal.Signals(signum).name
         super().__init__(
-            f"stopped by {name} after step {step}; checkpoint {checkpoint} "
-            f"(resume with ckpt_path={checkpoint})"
+            f"stopped by {name} after step {step}, checkpoint written; resume with:\n"
+            f"  {resume_command(checkpoint)}"
         )
 
     @property
     def exit_code(self) -> int:
         """128 + signal number, as a shell reports a process ended by that signal."""
         return 128 + self.signum
+
+
+def resume_command(checkpoint: Path) -> str:
+    """`python train.py ckpt_path=<checkpoint>`, to paste into a shell in any folder: the path
+    absolute, in Hydra's quotes where its grammar would read a character of it (`,` makes a
+    sweep, `=`, brackets, quotes, spaces), then in the shell's."""
+    path = str(Path(checkpoint).resolve())
+    if re.search(r"[^A-Za-z0-9_/.-]", path):  # a backslash escapes only before ' or the end
+        path = "'" + re.sub(r"(\\*)('|$)", _escaped, path) + "'"
+    return f"python train.py {shlex.quote(f'ckpt_path={path}')}"
+
+
+def _escaped(match: re.Match) -> str:
+    slashes, quote = match.groups()
+    return slashes * 2 + ("\\'" if quote else "")
 
 
 class GracefulStop(L.Callback):
