@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from packlm.checkpoint.contents import KEY
+from packlm.checkpoint.contents import KEY, run_dir_of
 from packlm.commands.evaluate import evaluate, table_path
 from packlm.errors import ConfigError
 from packlm.model import fused
@@ -79,9 +79,11 @@ def test_command_prints_json(held_out, tmp_path):
     assert "scoring" in out.stderr  # the progress bar
     assert f"scoring data.val_sources=['{texts}/0.txt'] (given)" in out.stderr
     assert "loss: the per-document score, not the run's validation-window loss" in out.stderr
-    assert result["per_document"]["csv"] == "per_document.csv"  # in the working directory
-    assert "per-document losses (hardest first): per_document.csv" in out.stderr
-    assert len(read_csv(tmp_path / "per_document.csv")) == 1
+    # in the checkpoint's run folder, not the working directory (a repository's root)
+    written = run_dir_of(ckpt) / "per_document.csv"
+    assert result["per_document"]["csv"] == str(written) and written.parent != tmp_path
+    assert f"per-document losses (hardest first): {written}" in out.stderr
+    assert len(read_csv(written)) == 1 and not (tmp_path / "per_document.csv").exists()
     table = dict(line.rsplit(None, 1) for line in out.stderr.splitlines()[-10:-2])
     assert table["bits per byte"] == f"{result['bpb']:.4f}"
     assert table["supervised"] == f"{result['supervised_tokens']:,}"
@@ -166,3 +168,14 @@ def test_the_table_path_names_the_csv():
     assert table_path(False, "out/t.csv") == Path("out/t.csv")  # a path turns the table on
     with pytest.raises(ConfigError, match=r"^per_document_path=x\.parquet: names the CSV"):
         table_path(True, "x.parquet")
+
+
+def test_the_table_goes_to_the_checkpoints_run_folder(tmp_path):
+    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"")
+    assert table_path(True, None, ckpt) == tmp_path / "run" / "per_document.csv"
+    assert table_path(False, None, ckpt) is None
+    assert table_path(True, "t.csv", ckpt) == Path("t.csv")  # a given path as given
+    with pytest.raises(FileNotFoundError, match="no such checkpoint"):
+        table_path(True, None, tmp_path / "absent.ckpt")

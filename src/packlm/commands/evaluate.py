@@ -14,7 +14,7 @@ Two meanings of the loss, and a stderr line says which one is reported:
   document_windows`: whole when it fits the window, else rolling windows
   `per_document_stride` apart, default half the window), and the loss of every document,
   hardest first (`packlm.evaluation.document_losses`): a CSV at `per_document_path`
-  (default `per_document.csv` in the working directory) and a Parquet table beside it
+  (default `per_document.csv` in the checkpoint's run folder) and a Parquet table beside it
   where pyarrow is installed; the JSON names both (`per_document`). Its `loss`/`bpb` are
   the rows weighted by their supervised targets.
 
@@ -47,11 +47,22 @@ from packlm.evaluation.scored_data import missing_sources, scored_data
 DEFAULT_TABLE = "per_document.csv"
 
 
-def table_path(per_document: bool, path: str | None) -> Path | None:
-    """Where the per-document CSV goes (None: no table); a given path turns the table on."""
+def table_path(
+    per_document: bool, path: str | None, ckpt_path: str | Path | None = None
+) -> Path | None:
+    """Where the per-document CSV goes (None: no table); a given path turns the table on.
+    By default `per_document.csv` in the run folder of `ckpt_path` (`<run>/checkpoints/x.ckpt`
+    -> `<run>`), beside what the run wrote, not in the working directory (a repository)."""
     if not per_document and not path:
         return None
-    path = Path(path or DEFAULT_TABLE)
+    if path:
+        path = Path(path)
+    elif ckpt_path is not None:
+        from packlm.checkpoint.contents import run_dir_of  # torch: not for --help
+
+        path = run_dir_of(Path(ckpt_path)) / DEFAULT_TABLE
+    else:
+        path = Path(DEFAULT_TABLE)
     if path.suffix == ".parquet":
         raise ConfigError(
             f"per_document_path={path}: names the CSV (the Parquet table goes beside it, with "
@@ -255,7 +266,9 @@ def main(cfg: DictConfig) -> None:
     HYDRA_FULL_ERROR=1 shows the traceback."""
     with one_line_errors(ValueError, OSError, ImportError, StoreError, MissingMandatoryValue):
         overrides = OmegaConf.to_container(cfg.data, resolve=True, throw_on_missing=True)
-        table = table_path(cfg.get("per_document", False), cfg.get("per_document_path"))
+        table = table_path(
+            cfg.get("per_document", False), cfg.get("per_document_path"), cfg.ckpt_path
+        )
         result = evaluate(cfg.ckpt_path, overrides, cfg.cache_dir, cfg.device, progress=True,
                           per_document_path=table,
                           per_document_stride=cfg.get("per_document_stride"),
