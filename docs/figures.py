@@ -18,7 +18,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,8 +29,6 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
 import packlm  # noqa: E402
-
-warnings.filterwarnings("ignore", message="IProgress not found")
 from packlm.data.datamodule import PackedDataModule  # noqa: E402
 from packlm.data.epoch.plan import build_plan  # noqa: E402
 from packlm.data.epoch.statistics import plan_statistics  # noqa: E402
