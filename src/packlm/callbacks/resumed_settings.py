@@ -28,5 +28,7 @@ class ResumedSettings(L.Callback):
         scheduler.base_lrs = [current[g["name"]]["lr"] for g in optimizer.param_groups]
         for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas, strict=True):
             want = current[group["name"]]
-            group.update(betas=o.betas, eps=o.eps, weight_decay=want["weight_decay"])
+            if not group.get("muon"):  # AdamW's (optim=muon: Muon's groups have neither)
+                group.update(betas=o.betas, eps=o.eps)
+            group.update(weight_decay=want["weight_decay"])
             group.update(initial_lr=want["lr"], lr=want["lr"] * factor(scheduler.last_epoch))

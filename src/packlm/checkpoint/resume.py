@@ -18,7 +18,7 @@ from typing import Any
 
 from packlm.checkpoint.contents import KEY as EXTRAS_KEY
 from packlm.config.mixture import MIXTURE_KEY, mixture_signature
-from packlm.config.model import PARAM_GROUPS, ModelConfig, as_dict
+from packlm.config.model import ModelConfig, as_dict, param_group_names
 from packlm.config.schema import Validated
 from packlm.data.epoch.loader import PLAN_KEYS, check_plan_signature
 from packlm.errors import ConfigError
@@ -47,10 +47,12 @@ def check_resume(path: Any, checkpoint: dict[str, Any], config: Validated) -> No
     check_model_shape(path, checkpoint, config.model, skip=("vocab_size",))
     for state in checkpoint.get("optimizer_states") or []:
         groups = [g.get("name") for g in state.get("param_groups", [])]
-        if groups != list(PARAM_GROUPS):
+        expected = list(param_group_names(config.optim))
+        if groups != expected:
             raise ConfigError(
-                f"ckpt_path={path}: its optimizer has the param groups {groups}, this packlm "
-                f"has {list(PARAM_GROUPS)} (a checkpoint of an older packlm)." + INIT_FROM_HINT
+                f"ckpt_path={path}: its optimizer has the param groups {groups}, "
+                f"optim.algorithm={config.optim.algorithm} has {expected} (another optim= "
+                "or a checkpoint of an older packlm)." + INIT_FROM_HINT
             )
 
 

@@ -14,6 +14,8 @@ from packlm.errors import ConfigError
 
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex", "matmul")
 LOSS_WEIGHTINGS = ("token", "document")
+ALGORITHMS = ("adamw", "muon")
+NS_DTYPES = ("auto", "float32", "bfloat16")
 
 
 @dataclass
@@ -89,14 +91,27 @@ class ModelConfig(ConfigGroup):
 
 PARAM_GROUPS = ("matrices", "embedding", "vectors")
 """AdamW's param groups, in order (LitCausalLM.param_groups); a resume checks them."""
+MUON_PARAM_GROUPS = ("hidden", "embedding", "head", "vectors")
+"""optim=muon's: the hidden matrices (Muon), then AdamW's embedding, head and vectors."""
+
+
+def param_group_names(optim: OptimConfig) -> tuple[str, ...]:
+    """The param groups optim.algorithm trains with, in order (a resume checks them)."""
+    return MUON_PARAM_GROUPS if optim.algorithm == "muon" else PARAM_GROUPS
 
 
 @dataclass
 class OptimConfig(ConfigGroup):
     group: ClassVar[str] = "optim"
 
+    algorithm: str = "adamw"
+    """adamw: AdamW for every weight. muon (optim=muon): Muon for the hidden matrices
+    (attention and MLP weights; muon_* keys), AdamW for the embedding, the head and the
+    vectors (lr, embedding_lr_ratio, betas, eps, weight_decay), as in nanochat and
+    modded-nanogpt (packlm.model.muon)."""
     lr: float = 3e-3
-    """Peak learning rate of AdamW, reached at the end of warmup."""
+    """Peak learning rate of AdamW (under optim=muon: of the head and vectors), reached at
+    the end of warmup."""
     weight_decay: float = 0.1
     """Decoupled weight decay, applied to matrices (2-D parameters) only."""
     embedding_lr_ratio: float = 10.0
@@ -115,6 +130,27 @@ class OptimConfig(ConfigGroup):
     """Optimizer steps of the cosine schedule; None: the Trainer's estimated stepping batches."""
     min_lr_ratio: float = 0.1
     """The cosine decays to lr * min_lr_ratio, then stays there."""
+    muon_lr: float = 0.02
+    """optim=muon: peak lr of the hidden matrices, scaled by sqrt(max(1, rows/cols)) (Keller
+    Jordan's and nanochat's 0.02 and rule; torch.optim.Muon's default is 1e-3 with the same
+    rule), on the same schedule as lr."""
+    muon_momentum: float = 0.95
+    """optim=muon: Muon's (Nesterov) momentum after its warmup."""
+    muon_momentum_start: float = 0.85
+    """optim=muon: Muon's momentum at step 0, raised linearly to muon_momentum over
+    muon_momentum_warmup_steps (nanochat's 0.85 over 300 steps)."""
+    muon_momentum_warmup_steps: int = 300
+    """optim=muon: optimizer steps of the momentum warmup (0: muon_momentum from the start)."""
+    muon_weight_decay: float = 0.0
+    """optim=muon: decoupled weight decay of the hidden matrices, p *= 1 - lr * this (Keller
+    Jordan's 0; torch.optim.Muon's default 0.1)."""
+    muon_ns_steps: int = 5
+    """optim=muon: Newton-Schulz steps orthogonalizing each update (quintic a=3.4445,
+    b=-4.7750, c=2.0315)."""
+    muon_ns_dtype: str = "auto"
+    """optim=muon: the Newton-Schulz iteration's precision. auto: bfloat16 (torch.optim.Muon
+    itself) where bf16 matmuls are native (CUDA; CPUs with avx512_bf16 or AMX), else float32
+    (packlm.model.muon: bf16 emulated on a CPU ran 36 steps of a minute against 337)."""
     anneal_by_time: bool = False
     """With trainer.max_time: the cosine also runs on the clock, reaching min_lr_ratio when the
     time is up (progress after warmup: the larger of the steps' and the time's share), so a run
@@ -143,6 +179,27 @@ class OptimConfig(ConfigGroup):
             check_positive_int("optim.max_steps", self.max_steps)
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ConfigError(f"optim.min_lr_ratio={self.min_lr_ratio}: must be in [0, 1]")
+        check_choice("optim.algorithm", self.algorithm, ALGORITHMS)
+        check_choice("optim.muon_ns_dtype", self.muon_ns_dtype, NS_DTYPES)
+        for key in ("muon_lr", "muon_weight_decay", "muon_momentum", "muon_momentum_start"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"optim.{key}={value!r}: must be a number >= 0")
+        if self.muon_lr <= 0:
+            raise ConfigError(f"optim.muon_lr={self.muon_lr!r}: must be a positive number")
+        for key in ("muon_momentum", "muon_momentum_start"):
+            if getattr(self, key) >= 1:
+                raise ConfigError(f"optim.{key}={getattr(self, key)!r}: must be in [0, 1)")
+        steps = self.muon_momentum_warmup_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ConfigError(
+                f"optim.muon_momentum_warmup_steps={steps!r}: must be an integer >= 0"
+            )
+        check_positive_int("optim.muon_ns_steps", self.muon_ns_steps)
+        if self.muon_ns_steps > 20:
+            raise ConfigError(
+                f"optim.muon_ns_steps={self.muon_ns_steps}: at most 20 (5 is the recipe's)"
+            )
         return self
 
 

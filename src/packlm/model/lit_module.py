@@ -31,8 +31,9 @@ from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_warn
 from torch import Tensor
 
 from packlm.batch import IGNORE_INDEX
-from packlm.config.model import PARAM_GROUPS, ModelConfig, OptimConfig, as_dict
+from packlm.config.model import ModelConfig, OptimConfig, as_dict, param_group_names
 from packlm.model.loss import document_weights, head_cross_entropy
+from packlm.model.muon import MuonAdamW, bf16_native
 from packlm.model.schedule import lr_factor, time_limit
 from packlm.model.step_loss import ExactStepLoss
 from packlm.model.transformer import Transformer
@@ -198,29 +199,63 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def param_groups(self) -> list[dict[str, Any]]:
-        """AdamW's groups by name: matrices decay; the token embedding (a matrix) also trains
-        at lr * optim.embedding_lr_ratio; vectors (norm weights) neither decay nor scale."""
+        """The optimizer's groups by name: matrices decay; the token embedding (a matrix)
+        also trains at lr * optim.embedding_lr_ratio; vectors (norm weights) neither decay
+        nor scale. optim=muon: the hidden matrices (not embedding, not head) are Muon's, at
+        optim.muon_lr and muon_weight_decay; the head is AdamW's at lr (none when tied)."""
         o = self.optim_config
-        embedding = self.model.wte.weight
+        embedding, head = self.model.wte.weight, self.model.lm_head.weight
         params = list(self.model.parameters())  # tied weights appear once
-        matrices = [p for p in params if p.dim() >= 2 and p is not embedding]
         vectors = [p for p in params if p.dim() < 2]
-        groups = [
-            {"params": matrices, "weight_decay": o.weight_decay, "lr": o.lr},
-            {
-                "params": [embedding],
-                "weight_decay": o.weight_decay,
-                "lr": o.lr * o.embedding_lr_ratio,
-            },
-            {"params": vectors, "weight_decay": 0.0, "lr": o.lr},
-        ]
-        return [dict(group, name=name) for name, group in zip(PARAM_GROUPS, groups, strict=True)]
+        embedding_group = {
+            "params": [embedding],
+            "weight_decay": o.weight_decay,
+            "lr": o.lr * o.embedding_lr_ratio,
+        }
+        if o.algorithm == "muon":
+            hidden = [p for p in params if p.dim() >= 2 and p is not embedding and p is not head]
+            groups = [
+                {"params": hidden, "weight_decay": o.muon_weight_decay, "lr": o.muon_lr, "muon": True},
+                embedding_group,
+                {"params": [] if head is embedding else [head], "weight_decay": o.weight_decay, "lr": o.lr},
+                {"params": vectors, "weight_decay": 0.0, "lr": o.lr},
+            ]  # fmt: skip
+        else:
+            matrices = [p for p in params if p.dim() >= 2 and p is not embedding]
+            groups = [
+                {"params": matrices, "weight_decay": o.weight_decay, "lr": o.lr},
+                embedding_group,
+                {"params": vectors, "weight_decay": 0.0, "lr": o.lr},
+            ]
+        names = param_group_names(o)
+        return [dict(group, name=name) for name, group in zip(names, groups, strict=True)]
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        """AdamW, or under optim=muon the MuonAdamW of packlm.model.muon."""
+        o = self.optim_config
+        fused = self._fused_optimizer()
+        if o.algorithm != "muon":
+            return torch.optim.AdamW(
+                self.param_groups(), lr=o.lr, betas=o.betas, eps=o.eps, fused=fused
+            )
+        native = o.muon_ns_dtype == "bfloat16" or (
+            o.muon_ns_dtype == "auto" and bf16_native(self.device)
+        )
+        return MuonAdamW(
+            self.param_groups(),
+            betas=o.betas,
+            eps=o.eps,
+            fused=fused,
+            momentum=o.muon_momentum,
+            momentum_start=o.muon_momentum_start,
+            momentum_warmup_steps=o.muon_momentum_warmup_steps,
+            ns_steps=o.muon_ns_steps,
+            ns_dtype=torch.bfloat16 if native else torch.float32,
+        )
 
     def configure_optimizers(self) -> dict[str, Any]:
         o = self.optim_config
-        optimizer = torch.optim.AdamW(
-            self.param_groups(), lr=o.lr, betas=o.betas, eps=o.eps, fused=self._fused_optimizer()
-        )
+        optimizer = self._optimizer()
         total = o.max_steps if o.max_steps is not None else self.trainer.estimated_stepping_batches
         timer = time_limit(self.trainer) if o.anneal_by_time else None
         if not math.isfinite(total) and timer is None:  # only trainer.max_time ends the run
