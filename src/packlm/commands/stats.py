@@ -37,13 +37,17 @@ from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
 from packlm.train.resume_config import resume_config
 
+MAX_EPOCHS = 1000
+"""The most epochs `+epochs=N` counts: the work is N plans of the whole corpus, refused
+before any is built rather than left running for hours."""
+
 
 def stats_epochs(cfg: DictConfig) -> int:
     """`+epochs=N` (or `+stats_epochs=N`): a positive integer, else a ConfigError naming it."""
     key = "epochs" if "epochs" in cfg else "stats_epochs"
     value = cfg.get(key, 1)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"+{key}={value!r}: must be a positive integer (epochs described)")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_EPOCHS:
+        raise ConfigError(f"+{key}={value!r}: an integer from 1 to {MAX_EPOCHS} (epochs described)")
     return value
 
 

@@ -86,10 +86,14 @@ class StepSkips:
         return steps_before + batch // self.accumulate in self.plan_steps
 
     def count(self, steps_before: int, lo: int, hi: int) -> int:
-        """Plan global batches in [lo, hi) of such an epoch that are left out."""
-        d = np.asarray(sorted(self.plan_steps), dtype=np.int64) - steps_before
-        first, last = np.maximum(d * self.accumulate, lo), np.minimum((d + 1) * self.accumulate, hi)
-        return int(np.maximum(last - first, 0).sum())
+        """Plan global batches in [lo, hi) of such an epoch that are left out (in Python ints:
+        a step near 2^63 times the accumulation wrapped around in int64 and counted batches
+        0 .. accumulate-1)."""
+        a, total = self.accumulate, 0
+        for k in self.plan_steps:
+            d = k - steps_before
+            total += max(0, min((d + 1) * a, hi) - max(d * a, lo))
+        return total
 
     def plan_step(self, logged: int) -> int:
         """The plan step that a run with these skips trains as its step `logged` (the

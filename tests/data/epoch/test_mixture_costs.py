@@ -204,3 +204,33 @@ def test_a_schedule_step_that_is_not_a_whole_number_is_refused(step):
     schedule = [{"step": 0, "shares": {"a": 1.0}}, {"step": step, "shares": {"b": 1.0}}]
     with pytest.raises(ConfigError, match=r"^data\.mixture_schedule\[1\]\.step=.*an integer"):
         mixture_points(config(sources=["a.txt", "b.txt"], mixture_schedule=schedule))
+
+
+def test_a_long_run_keeps_only_the_passes_its_rows_span_and_deals_the_same_rows(monkeypatch):
+    """A small source read pass after pass: the counted passes are let go once behind the
+    rows dealt (memory of the passes a batch spans, not of every pass of the run)."""
+    schedule = [{"step": 0, "shares": {"a": 0.5, "b": 0.5}}]
+    cfg = config(sources=["a.txt", "b.txt"], mixture_schedule=schedule, batch_size=8)
+    kept, reference = streams_of(cfg, 8, []), streams_of(cfg, 8, [])
+    monkeypatch.setattr(reference, "_drop_before", lambda source, row: None)
+    slots = np.arange(8)
+    for g in range(0, 1500, 7):
+        assert np.array_equal(kept.pieces(g, slots), reference.pieces(g, slots))
+    assert reference._first[1] == 0 and len(reference._counts[1]) > 50
+    assert len(kept._counts[1]) <= 3 and kept._first[1] > 50
+    for g in (3, 700, 20):  # earlier batches again (a trace): counted back or on from pass 0
+        assert np.array_equal(kept.pieces(g, slots), reference.pieces(g, slots))
+
+
+def test_a_row_a_million_passes_away_is_refused_before_any_pass_is_counted():
+    """A trace of a far step from the config alone counted a small source's passes for
+    hours (4.9 GB at step 2e9); now one line naming the source, before counting."""
+    schedule = [{"step": 0, "shares": {"a": 0.5, "b": 0.5}}]
+    cfg = config(sources=["a.txt", "b.txt"], mixture_schedule=schedule, batch_size=8)
+    built: list[tuple[int, int]] = []
+    streams = streams_of(cfg, 8, built)
+    with pytest.raises(ConfigError, match=r"^the mixture source 'a': the row asked is about") as e:
+        streams.pieces(10**9, np.arange(8))
+    assert "\n" not in str(e.value) and {p for _, p in built} == {0}
+    near = streams.pieces(2000, np.arange(8))  # nearer rows still count on as before
+    assert near.shape[0] == 4 and near.shape[1] > 0

@@ -22,6 +22,9 @@ LABEL_RULE = (
     "so a row that read R tokens gives R-1), else -100 (packlm.batch.labels)"
 )
 EDGE = 40  # characters of a piece's text shown at each end
+MAX_WALK = 10_000
+"""Epochs a trace walks from the run's start to find where one begins (each a plan of the
+corpus; a mixture's epochs are all alike and need no walk): an epoch further is refused."""
 
 
 @dataclass
@@ -76,7 +79,12 @@ class Tracer:
 
     def epoch_start(self, epoch: int) -> Position:
         """The data position at the start of `epoch`: the curriculum's phase and count carry
-        over from the epochs before (walked once from the run's start, then kept)."""
+        over from the epochs before (walked once from the run's start, then kept); a
+        mixture's epochs carry nothing over."""
+        if self.streams is not None:
+            return Position(epoch)
+        if epoch > MAX_WALK:
+            raise ConfigError(self._too_far(f"epoch={epoch}"))
         while len(self._starts) <= epoch:
             at = self._starts[-1]
             segments, used = self.segments(at), 0
@@ -95,8 +103,16 @@ class Tracer:
 
     def epoch_batches(self, epoch: int) -> int:
         """Global batches of `epoch` that training runs."""
+        if self.streams is not None:  # a mixture: the same for every epoch
+            return self.schedule.batches_of(self.streams.epoch_batches())
         self.epoch_start(epoch + 1)
         return self._batches[epoch]
+
+    def _too_far(self, what: str) -> str:
+        return (
+            f"{what} of the run: a trace walks the epochs from the run's start to find where "
+            f"it begins, each a plan of the corpus (at most {MAX_WALK:,} epochs)"
+        )
 
     def step_batches(self, step: int) -> list[tuple[int, int]]:
         """(epoch, global batch) of each micro-batch of optimizer step `step` (0-based: the
@@ -105,7 +121,13 @@ class Tracer:
         if step < 0:
             raise ConfigError(f"step={step}: must be >= 0")
         step = self.skips.plan_step(step)
-        acc, epoch, first = self.schedule.accumulate, 0, 0
+        acc, n = self.schedule.accumulate, self.epoch_batches(0)
+        if self.streams is not None and n:  # a mixture: epochs all alike, no walk
+            epoch, k = divmod(step, -(-n // acc))
+            return [(epoch, b) for b in range(k * acc, min(n, k * acc + acc))]
+        if n and step // -(-n // acc) > MAX_WALK:  # refused before walking that far
+            raise ConfigError(self._too_far(f"step={step} (epoch ~{step // -(-n // acc):,})"))
+        epoch, first = 0, 0
         while True:
             n = self.epoch_batches(epoch)
             steps = -(-n // acc)
@@ -118,7 +140,12 @@ class Tracer:
 
     def plan_step_of(self, epoch: int, batch: int) -> int:
         """The plan step (data.skip_steps' numbering) of global batch `batch` of `epoch`."""
-        before = sum(-(-self.epoch_batches(e) // self.schedule.accumulate) for e in range(epoch))
+        if self.streams is not None:  # a mixture: epochs all alike
+            before = epoch * -(-self.epoch_batches(0) // self.schedule.accumulate)
+        else:
+            before = sum(
+                -(-self.epoch_batches(e) // self.schedule.accumulate) for e in range(epoch)
+            )
         return before + batch // self.schedule.accumulate
 
     def global_step_of(self, epoch: int, batch: int) -> int | None:

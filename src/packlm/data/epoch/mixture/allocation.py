@@ -45,6 +45,9 @@ Q = 1 << 20
 """Integer parts of one step's rows that the shares are rounded to."""
 BLOCK = 1 << 16
 """Steps of a ramp whose parts are summed together, when a step in them is first asked for."""
+MAX_SUM = 1 << 28
+"""The most ramp steps one look-up sums at once (~0.3 us each: about a minute; a resume at
+global batch 10^8 sums 10^8): a batch further into a ramp than that is refused in one line."""
 EXACT_RAMPS = 1 << 20
 """Expectations (`expected_target`) count the ramps of a linear schedule exactly while its
 last point is within this many global batches (at most ~1 s), else in closed form."""
@@ -286,6 +289,13 @@ class RampSums:
 
     def _start(self, block: int) -> np.ndarray:
         """int64 [n]: the parts of the blocks before `block` (their sums added once each)."""
+        if (block - len(self._starts)) * BLOCK > MAX_SUM:
+            raise ConfigError(
+                f"global batch {self.first + block * BLOCK:,}: a linear ramp of the mixture "
+                f"schedule sums each step's rounded shares from its start (global batch "
+                f"{self.first:,}), {(block - len(self._starts) + 1) * BLOCK:,} steps to sum, more "
+                f"than {MAX_SUM:,} at once; trace a nearer step, or give the ramp a nearer point"
+            )
         while len(self._starts) <= block:
             k = len(self._starts) - 1
             self._starts.append(self._starts[k] + self._prefix(k)[-1])

@@ -32,6 +32,13 @@ from packlm.errors import ConfigError
 
 BATCH_ORDER = 7
 """The random purpose of the row order of a global batch (next to order.py's DOCS ... GROUPS)."""
+MAX_PASSES = 1 << 17
+"""The most passes of one source one look-up may count (each is a plan of the source, 0.1 to
+0.3 ms for a small one): a row further from the passes counted is refused naming the source,
+before any is counted (a trace of a step billions of rows away ran for days)."""
+KEEP = 4096
+"""Passes counted before those wholly behind the rows asked are let go (memory: the passes
+a look-up spans, not all the passes a long run has dealt)."""
 
 
 def source_seed(seed: int, name: str) -> int:
@@ -92,7 +99,7 @@ class SourceStreams:
         self.allocation = allocation
         self.seed = seed
         self._counts: list[list[int]] = [[] for _ in names]  # samples of each pass counted
-        self._first = [0] * len(names)  # the first pass counted (a resume's, `resume_from`)
+        self._first = [0] * len(names)  # the first pass kept (a resume's, `resume_from`)
         self._start = [0] * len(names)  # the stream row where it starts
         self._pass0: dict[int, int] = {}  # samples of pass 0, when counting starts later
         self._plans: dict[tuple[int, int], EpochPlan] = {}
@@ -153,19 +160,46 @@ class SourceStreams:
                 self._first[source], self._start[source], self._counts[source] = 0, 0, []
             else:
                 self._count_back(source, row)
-        counts = self._counts[source]
-        top, first = int(k.max()), self._first[source]
+        counts, top = self._counts[source], int(k.max())
         total = self._start[source] + sum(counts)
+        self._check_reach(source, top - total)
         while not counts or total <= top:  # count the passes up to the furthest row
-            if self.pass_samples(source, first + len(counts)) == 0:
+            if self.pass_samples(source, self._first[source] + len(counts)) == 0:
                 raise ConfigError(self._empty(source))
             total += counts[-1]
-        ends = self._start[source] + np.cumsum(counts)  # [passes counted]
+            if len(counts) > KEEP:
+                self._drop_before(source, row)
+        self._drop_before(source, row)
+        first = self._first[source]
+        ends = self._start[source] + np.cumsum(counts)  # [passes kept]
         passes = np.searchsorted(ends, k, side="right")
         return first + passes, k - (ends - np.asarray(counts))[passes]
 
+    def _drop_before(self, source: int, row: int) -> None:
+        """Let go of the counted passes that end at or before stream row `row` (a row before
+        them is found again by counting back, as from a resume point)."""
+        counts, start, j = self._counts[source], self._start[source], 0
+        while j < len(counts) - 1 and start + counts[j] <= row:
+            start += counts[j]
+            j += 1
+        del counts[:j]
+        self._first[source] += j
+        self._start[source] = start
+
+    def _check_reach(self, source: int, rows: int) -> None:
+        """Refuse, before counting, rows about MAX_PASSES or more passes from those counted."""
+        per_pass = self.pass_samples(source, 0)
+        if per_pass and rows // per_pass >= MAX_PASSES:
+            raise ConfigError(
+                f"the mixture source {self.names[source]!r}: the row asked is about "
+                f"{rows // per_pass:,} passes of it ({per_pass:,} samples each) from the "
+                f"passes counted, each a plan to build (at most {MAX_PASSES:,} at once); trace "
+                "a step nearer the run's checkpoint (counting starts from its resume point)"
+            )
+
     def _count_back(self, source: int, row: int) -> None:
         """Count the passes before the first counted, back to the one holding `row`."""
+        self._check_reach(source, self._start[source] - row)
         first, start, back = self._first[source], self._start[source], []
         while row < start:
             first -= 1  # before the first counted: pass_samples builds it apart
