@@ -135,6 +135,7 @@ class StepMetrics(L.Callback):
             "grad_norm": pl_module.last_grad_norm,
             **{f"tokens/{k}": float(n) for k, n in pl_module.tokens_seen.items()},
             **{f"tokens_per_step/{k}": float(n) for k, n in pl_module.last_step.counts().items()},
+            "tokens/supervised_fraction": supervised_fraction(pl_module.tokens_seen),
             **{f"throughput/{k}_tokens_per_s": since[k] / seconds for k in COUNTS[:3]},
             "throughput/documents_per_s": since["documents"] / seconds,
             "attention/useful_fraction": pl_module.last_step.attention_useful_fraction,
@@ -167,3 +168,9 @@ def curriculum_phase(trainer: L.Trainer, pl_module: L.LightningModule) -> dict[s
     before = pl_module.tokens_seen["supervised"] - pl_module.last_step.supervised
     phase = datamodule.phase_at(before)
     return {"data/window": float(phase.window), "data/stride": float(phase.stride)}
+
+
+def supervised_fraction(seen: dict[str, int]) -> float:
+    """Supervised targets per non-pad token so far: 1 for plain text with a target after
+    every token, the assistants' share of the tokens for conversations (docs/conversations.md)."""
+    return float(seen["supervised"]) / max(float(seen["nonpad"]), 1.0)

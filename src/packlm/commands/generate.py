@@ -1,7 +1,9 @@
 """`python -m packlm.generate ckpt_path=... 'prompt="..."'`: sample text from a checkpoint.
 
 The checkpoint carries its own tokenizer (see packlm.checkpoint.extras), so
-nothing but the checkpoint file is needed.
+nothing but the checkpoint file is needed. With `chat=true` the prompt is a user's message,
+rendered in the chat format training used (docs/conversations.md), and the answer is
+sampled until the end-of-turn token `<|im_end|>`.
 """
 
 from __future__ import annotations
@@ -28,19 +30,35 @@ def generate(
     num_samples: int = 1,
     seed: int = 0,
     device: str = "cpu",
+    chat: bool = False,
 ) -> list[str]:
     """Texts (prompt + continuation) sampled from the checkpoint's model (the bare
-    Transformer: sampling needs neither the LightningModule nor Lightning)."""
+    Transformer: sampling needs neither the LightningModule nor Lightning); with `chat` the
+    assistant's answers to the user message `prompt`, each stopped at `<|im_end|>` (one that
+    ran out of max_new_tokens first ends with " [no <|im_end|> within max_new_tokens]")."""
     from packlm.checkpoint.load import load_checkpoint  # torch: not for `--help`
-    from packlm.model.sampling import sample_text
+    from packlm.model.sampling import sample_reply, sample_text
     from packlm.model.transformer import Transformer
+    from packlm.tokenizer.chat import ChatTokenError
 
-    check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed)
+    check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed, chat)
     check_device(device)
     checkpoint = load_checkpoint(ckpt_path)  # clear errors naming ckpt_path
     model = Transformer(checkpoint.model)
     model.load_state_dict(checkpoint.weights)
     model.to(device).eval()
+    if chat:
+        replies = []
+        for k in range(num_samples):
+            try:
+                reply, ended = sample_reply(
+                    model, checkpoint.tokenizer, [("user", prompt)], max_new_tokens,
+                    checkpoint.model.context_length, temperature, top_k, seed + k, device,
+                )  # fmt: skip
+            except ChatTokenError as e:
+                raise ConfigError(f"chat=true: ckpt_path={str(ckpt_path)!r}: {e}") from None
+            replies.append(reply if ended else f"{reply} [no <|im_end|> within max_new_tokens]")
+        return replies
     return [
         sample_text(
             model,
@@ -57,7 +75,9 @@ def generate(
     ]
 
 
-def check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed) -> None:
+def check_options(
+    prompt, max_new_tokens, temperature, top_k, num_samples, seed, chat=False
+) -> None:
     """Refuse meaningless options before the checkpoint is read (and, from the precheck,
     before torch is imported): a negative or zero `max_new_tokens` used to print the prompt
     and exit 0, a NaN temperature to sample noise."""
@@ -78,6 +98,8 @@ def check_options(prompt, max_new_tokens, temperature, top_k, num_samples, seed)
         raise ConfigError(f"top_k={top_k!r}: must be a positive integer or null (no top-k)")
     if not integer(seed) or not 0 <= seed < 2**63:
         raise ConfigError(f"seed={seed!r}: must be an integer from 0 to 2**63 - 1")
+    if not isinstance(chat, bool):
+        raise ConfigError(f"chat={chat!r}: must be true or false")
 
 
 def check_device(device) -> None:
@@ -101,7 +123,7 @@ def main(cfg: DictConfig) -> None:
     with one_line_errors(ValueError, OSError, ImportError, MissingMandatoryValue):
         texts = generate(
             cfg.ckpt_path, cfg.prompt, cfg.max_new_tokens, cfg.temperature, cfg.top_k,
-            cfg.num_samples, cfg.seed, cfg.device,
+            cfg.num_samples, cfg.seed, cfg.device, cfg.chat,
         )  # fmt: skip
     print("\n\n---\n\n".join(texts))
 
@@ -109,7 +131,7 @@ def main(cfg: DictConfig) -> None:
 def check_config(cfg: DictConfig) -> None:
     """The precheck's validation: every option but the device (torch's to judge)."""
     check_options(cfg.prompt, cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.num_samples,
-                  cfg.seed)  # fmt: skip
+                  cfg.seed, cfg.chat)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -79,3 +79,30 @@ def sample_text(
         temperature=temperature, top_k=top_k, stop_id=eos, seed=seed, device=device,
     )  # fmt: skip
     return prompt + tokenizer.decode([i for i in new if i != eos])
+
+
+def sample_reply(
+    logits_fn: Callable[[Tensor], Tensor],
+    tokenizer,
+    turns: list[tuple[str, str]],
+    max_new_tokens: int,
+    context_length: int,
+    temperature: float = 0.8,
+    top_k: int | None = 50,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> tuple[str, bool]:
+    """(the assistant's answer to the conversation `turns`, did it end with `<|im_end|>`):
+    the prompt is rendered as training renders conversations (`ChatFormat`), then
+    `<|im_start|>assistant\\n`; sampling stops at the end-of-turn token, which is not part of
+    the answer. A tokenizer without the chat tokens raises ChatTokenError."""
+    from packlm.tokenizer.chat import ChatFormat
+
+    chat = ChatFormat.of(tokenizer)
+    prompt_ids = chat.generation_prompt(turns, tokenizer.encode_ordinary)
+    new = sample_tokens(
+        logits_fn, prompt_ids, max_new_tokens, context_length,
+        temperature=temperature, top_k=top_k, stop_id=chat.end_id, seed=seed, device=device,
+    )  # fmt: skip
+    ended = bool(new) and new[-1] == chat.end_id
+    return tokenizer.decode(new[:-1] if ended else new), ended

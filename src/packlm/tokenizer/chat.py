@@ -6,10 +6,13 @@ The rendering is ChatML's (what Qwen's and many Hugging Face chat templates writ
 
 `<|im_start|>` and `<|im_end|>` are special tokens: added to a trained tokenizer's special
 tokens (never merged), taken from a loaded tokenizer where it has them (`ChatFormat.of`).
-Each piece is encoded once: the two control tokens by id, "{role}\\n" and "\\n" by the BPE
-encoder (cached per role), the content by `encode_ordinary`, so a control token's text
-inside a turn ("<|im_end|>" typed by a user) is text, never the control token, and no id
-comes from re-tokenizing a substring of the rendered string.
+Each piece is encoded once: the two control tokens by id, and each text between two control
+tokens by `encode_ordinary` as one piece: "{role}\\n{content}" and the "\\n" after `<|im_end|>`.
+Those are exactly the texts a tokenizer of the whole rendered string sees between its
+special tokens, so Hugging Face's `apply_chat_template` (the template `python -m
+packlm.export format=hf` writes) gives these ids by construction, content starting with
+"\\n\\n" or spaces included. A control token's text inside a turn ("<|im_end|>" typed by a
+user) is text, never the control token.
 
 Every token gets a role code (uint8), which the token store keeps beside the ids; what is
 supervised is decided from the codes at batch time (`supervised_table`), so changing
@@ -18,6 +21,10 @@ data.chat_supervised rebuilds nothing:
     0 TEXT       a plain-text document's token: always supervised
     1 MARKUP     `<|im_start|>`, the "{role}\\n" header, the "\\n" after `<|im_end|>`, the EOS
     2..5         a turn's content and its `<|im_end|>`: system, user, assistant, tool
+
+The header's tokens are those "{role}\\n{content}" shares with "{role}\\n" encoded alone; where
+the tokenizer joins the header's newline with whitespace that starts the content (one token
+"\\n  "), that token is the content's, so every byte of an answer is a target.
 
 By default (`assistant`) the supervised targets are the assistant's content and its
 end-of-turn token, so the model learns to stop; `all` supervises every token as plain text.
@@ -33,7 +40,7 @@ import numpy as np
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 CHAT_TOKENS = (IM_START, IM_END)
-CHAT_FORMAT = "chatml-1"
+CHAT_FORMAT = "chatml-2"
 """Part of a chat store's fingerprint: bump it when the rendering changes."""
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -42,6 +49,15 @@ ROLE_CODES = {role: 2 + k for k, role in enumerate(ROLES)}
 CODE_NAMES = ("text", "markup", *ROLES)
 SUPERVISED = {"assistant": ("assistant",), "all": ROLES}
 """data.chat_supervised -> the roles whose content and end-of-turn token are targets."""
+
+HF_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+"""`render_text` as a Jinja chat template (tokenizer_config.json's `chat_template`), with
+`generation_prompt`'s ending; `apply_chat_template` then gives `render`'s ids."""
 
 Turn = tuple[str, str]
 """(role, content), role one of ROLES."""
@@ -116,17 +132,28 @@ class ChatFormat:
             header = self._headers.get(role)
             if header is None:
                 header = self._headers[role] = encode(role + "\n")
-            body = encode(content)
+            piece = encode(role + "\n" + content)  # as a whole-string tokenizer sees it
+            shared = 0  # the header's tokens: the prefix shared with "{role}\n" alone
+            while shared < len(header) and piece[shared] == header[shared]:
+                shared += 1
             code = ROLE_CODES[role]
             ids.append(self.start_id)
-            ids += header
-            ids += body
+            ids += piece
             ids.append(self.end_id)
             ids += self._newline
-            codes += bytes((MARKUP,)) * (1 + len(header))
-            codes += bytes((code,)) * (len(body) + 1)
+            codes += bytes((MARKUP,)) * (1 + shared)
+            codes += bytes((code,)) * (len(piece) - shared + 1)
             codes += bytes((MARKUP,)) * len(self._newline)
         return ids, codes
+
+    def generation_prompt(
+        self, turns: Sequence[Turn], encode: Callable[[str], list[int]]
+    ) -> list[int]:
+        """The ids a model continues to answer: `render(turns)` then `<|im_start|>assistant\\n`
+        (Hugging Face's add_generation_prompt); the answer ends at `end_id`."""
+        ids, _ = self.render(turns, encode)
+        header = self._headers.get("assistant") or encode("assistant\n")
+        return [*ids, self.start_id, *header]
 
     def __getstate__(self) -> dict:  # to worker processes: the ids, not the caches
         return {"start_id": self.start_id, "end_id": self.end_id}

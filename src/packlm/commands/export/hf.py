@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from packlm.config.model import ModelConfig, as_dict
+from packlm.tokenizer.chat import CHAT_TOKENS, HF_CHAT_TEMPLATE
 from packlm.tokenizer.formats import write_atomic
 
 PAD_TOKEN = "<|pad|>"
@@ -108,7 +109,10 @@ def llama_state_dict(
 
 
 def tokenizer_config(tokenizer, model: ModelConfig) -> dict[str, Any]:
-    """tokenizer_config.json: what AutoTokenizer needs besides tokenizer.json."""
+    """tokenizer_config.json: what AutoTokenizer needs besides tokenizer.json; with the chat
+    tokens among the special tokens, the chat template training rendered conversations with
+    (`packlm.tokenizer.chat`: apply_chat_template gives the same ids)."""
+    chat = all(t in tokenizer.special_token_ids for t in CHAT_TOKENS)
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
         **special_roles(tokenizer),
@@ -116,6 +120,7 @@ def tokenizer_config(tokenizer, model: ModelConfig) -> dict[str, Any]:
         "add_eos_token": False,
         "model_max_length": model.context_length,
         "clean_up_tokenization_spaces": False,
+        **({"chat_template": HF_CHAT_TEMPLATE} if chat else {}),
     }
 
 
