@@ -27,11 +27,16 @@ def temporary_sibling(dest: Path) -> Path:
 
 
 def replace_dir(tmp: Path, dest: Path) -> None:
-    """Rename `tmp` to `dest`; an existing `dest` (stale or damaged) is moved aside, then removed."""
-    if dest.exists():
+    """Rename `tmp` to `dest`; an existing `dest` (stale or damaged) is moved aside, then removed
+    (a file or a link where the entry should be too: the link only, never what it points to)."""
+    if dest.exists() or dest.is_symlink():
         old = dest.parent / f".{dest.name}.old-{uuid.uuid4().hex[:8]}"
         os.replace(dest, old)
         os.replace(tmp, dest)
-        shutil.rmtree(old, ignore_errors=True)
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                old.unlink()
     else:
         os.replace(tmp, dest)

@@ -22,7 +22,8 @@ def digest(fingerprint: dict[str, Any]) -> str:
 
 
 def latest(pattern_root: Path, pattern: str, key: str) -> dict[str, Any] | None:
-    """`key` of the most recently written JSON file matching `pattern` under `pattern_root`."""
+    """`key` of the most recently written JSON file matching `pattern` under `pattern_root`
+    (an object; a file that is not one, or holds another thing there, is passed over)."""
     candidates = []
     for path in pattern_root.glob(pattern):
         try:
@@ -31,9 +32,11 @@ def latest(pattern_root: Path, pattern: str, key: str) -> dict[str, Any] | None:
             continue
     for _, path in sorted(candidates, reverse=True):
         try:
-            return json.loads(path.read_text(encoding="utf-8"))[key]
-        except (OSError, ValueError, KeyError):
+            found = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
             continue
+        if isinstance(found, dict) and isinstance(found.get(key), dict):
+            return found[key]
     return None
 
 

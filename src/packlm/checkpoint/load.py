@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,9 @@ from packlm.checkpoint.contents import KEY as EXTRAS_KEY
 from packlm.checkpoint.contents import read_checkpoint, tokenizer_from_checkpoint
 from packlm.config.model import ModelConfig
 from packlm.config.tokenizer import TokenizerConfig
-from packlm.errors import ConfigError
+from packlm.errors import ConfigError, bounded
+
+log = logging.getLogger(__name__)
 
 PREFIX = "model."  # LitCausalLM keeps the Transformer as `self.model`
 
@@ -58,9 +61,13 @@ def tokenizer_config_of(tokenizer, cache_dir: str | Path) -> TokenizerConfig:
 
     root = Path(cache_dir).expanduser().resolve() / TOKENIZERS_DIR
     dest = root / f"checkpoint-{tokenizer.digest()}"
-    if (dest / "tokenizer_config.json").is_file():
+    problem = _saved_copy_problem(tokenizer, dest, root)
+    if problem is None:
         mark_used(dest)
     else:
+        if problem:
+            log.warning("%s: a damaged copy of the checkpoint's tokenizer (%s); written again",
+                        dest, bounded(problem, 300))  # fmt: skip
         tmp = temporary_sibling(dest)
         try:
             tokenizer.save(tmp)
@@ -69,3 +76,15 @@ def tokenizer_config_of(tokenizer, cache_dir: str | Path) -> TokenizerConfig:
             shutil.rmtree(tmp, ignore_errors=True)
     return TokenizerConfig(special_tokens=list(tokenizer.special_tokens), pattern=tokenizer.pattern,
                            path=str(dest))  # fmt: skip
+
+
+def _saved_copy_problem(tokenizer, dest: Path, root: Path) -> str | None:
+    """None when `dest` loads as `tokenizer` (its digest); "" when it is not there; else what
+    is wrong with it (cut short, emptied, edited: a derived copy, so it is written again)."""
+    if not (dest.exists() or dest.is_symlink()):
+        return ""
+    try:
+        found = type(tokenizer).load(dest, cache_dir=root).digest()
+    except (OSError, ValueError) as e:
+        return str(e).removeprefix(f"{dest}: ")
+    return None if found == tokenizer.digest() else f"digest {found}, not {tokenizer.digest()}"

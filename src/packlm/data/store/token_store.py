@@ -68,6 +68,9 @@ class TokenStore:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise StoreError(f"{manifest_path}: corrupt manifest ({e})") from e
+        if not isinstance(manifest, dict):
+            raise StoreError(f"{manifest_path}: corrupt manifest (JSON {type(manifest).__name__}, "
+                             "not an object)")  # fmt: skip
         if manifest.get("format_version") != FORMAT_VERSION:
             raise StoreError(
                 f"{manifest_path}: format_version {manifest.get('format_version')!r}, "
@@ -87,7 +90,13 @@ class TokenStore:
         if roles is not None and roles != manifest["counts"]["tokens"]:
             raise StoreError(f"{path / ROLES_FILE}: {roles} bytes, not one per token "
                              f"({manifest['counts']['tokens']})")  # fmt: skip
-        store = cls(path, manifest)
+        try:  # same sizes, other bytes: an .npy header numpy cannot read
+            store = cls(path, manifest)
+        except ValueError as e:
+            raise StoreError(
+                verify_checksums(path, manifest, (OFFSETS_FILE, SOURCES_FILE))
+                or f"{path}: unreadable store file ({e})"
+            ) from None
         problem = verify_offsets(path, manifest, store)
         if problem:  # say the file changed when its checksum says so: the precise cause
             raise StoreError(

@@ -40,8 +40,11 @@ def verify_manifest(path: Path, manifest: dict[str, Any]) -> str | None:
         return f"{where}: edited since it was written (its checksum does not match its content)"
     try:
         n_tokens, size = int(manifest["counts"]["tokens"]), manifest.get("files", {})
+        int(manifest["counts"].get("documents", 0))
+        if not all(isinstance(manifest.get(k, {}), dict) for k in ("files", "checksums")):
+            raise TypeError("files and checksums are not objects")
         itemsize, size = np.dtype(manifest["dtype"]).itemsize, size.get(TOKENS_FILE)
-    except (KeyError, TypeError, ValueError) as e:
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
         return f"{where}: incomplete manifest ({type(e).__name__}: {e})"
     if n_tokens < 0 or size not in (None, n_tokens * itemsize):
         return f"{where}: counts.tokens={n_tokens} does not match {TOKENS_FILE} ({size} bytes)"
