@@ -101,3 +101,23 @@ def test_a_train_py_checkpoint_exports(tiny_corpus, tmp_path):
     ids = torch.tensor([saved.tokenizer.encode((tiny_corpus / "doc001.txt").read_text())[:32]])
     with torch.no_grad():
         assert (hf(ids).logits - model(ids)).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("model", "named"),
+    [({"qk_norm": True}, "model.qk_norm=true"), ({"mlp": "relu2"}, "model.mlp=relu2")],
+)
+def test_options_llama_lacks_are_refused_in_one_line(tmp_path, tiny_tokenizer, model, named):
+    ckpt = tmp_path / "last.ckpt"
+    write_checkpoint(ckpt, tiny_tokenizer, **model)
+    out = tmp_path / "hf"
+    with pytest.raises(ConfigError, match=rf"^format=hf: the checkpoint's {named} has no Llama"):
+        run_export("format=hf", f"ckpt_path={ckpt}", f"out={out}")
+    assert not out.exists() or not any(out.iterdir())  # nothing written
+
+
+def test_zero_init_proj_exports_as_usual(tmp_path, tiny_tokenizer):
+    ckpt = tmp_path / "last.ckpt"
+    write_checkpoint(ckpt, tiny_tokenizer, zero_init_proj=True)
+    summary = run_export("format=hf", f"ckpt_path={ckpt}", f"out={tmp_path / 'hf'}")
+    assert "model.safetensors" in summary["files"]

@@ -31,13 +31,23 @@ def grads(model) -> dict[str, torch.Tensor]:
 
 # every CPU attention path: auto takes matmul for short rows, SDPA for long ones
 backends = pytest.mark.parametrize("attention", ["sdpa", "matmul"])
+# the model options of the small-LM recipes (model.qk_norm, mlp, zero_init_proj), each and all
+OPTIONS = [
+    {},
+    {"qk_norm": True},
+    {"mlp": "relu2"},
+    {"zero_init_proj": True},
+    {"qk_norm": True, "mlp": "relu2", "zero_init_proj": True},
+]
+options = pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "default")
 
 
 @backends
+@options
 @pytest.mark.parametrize("lengths", [[5, 7, 3], [1, 1, 9, 4], [16]])
-def test_packed_row_equals_each_document_alone(lengths, attention):
+def test_packed_row_equals_each_document_alone(lengths, attention, options):
     """Invariant 1: logits and gradients (float64, atol 1e-5)."""
-    model = tiny_model(attention=attention)
+    model = tiny_model(attention=attention, **options)
     docs = random_docs(lengths, seed=len(lengths))
     packed = cat_rows(pack_row(docs, T=16 + 3), pack_row(docs[::-1], T=16 + 3))  # PAD at the end
     logits = run(model, packed)  # [2, T, V]
@@ -76,9 +86,15 @@ def test_packed_logits_property(lengths, n_pad):
 
 
 @backends
-def test_later_document_changes_no_earlier_logit(attention):
+@options
+def test_later_document_changes_no_earlier_logit(attention, options):
     """Invariant 2, and causality inside a document."""
-    model = tiny_model(attention=attention)
+    model = tiny_model(attention=attention, **options)
+    if options.get("zero_init_proj"):  # else every block starts as the identity: no mixing
+        with torch.no_grad():
+            for block in model.blocks:
+                block.attn.proj.weight.normal_(0, 0.02)
+                block.mlp.down.weight.normal_(0, 0.02)
     docs = random_docs([6, 5, 4], seed=3)
     a = run(model, pack_row(docs, T=16))[0]
     changed = [docs[0], [(t + 1) % PAD for t in docs[1]], docs[2][:2]]  # doc 1 edited, doc 2 cut
@@ -197,3 +213,26 @@ def test_compiled_model_matches_eager_on_packed_rows():
         grads(eager).items(), grads(compiled_copy).values(), strict=True
     ):
         torch.testing.assert_close(g_compiled, g, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_recipe_options_shapes_and_init():
+    """relu2 has SwiGLU's parameters (hidden 1.5x, two matrices); qk_norm adds two gains of
+    the head width per block; zero_init_proj zeroes only the residual projections, drawing
+    the same random numbers for the rest."""
+    base = tiny_model(dtype=torch.float32)
+    relu2 = tiny_model(dtype=torch.float32, mlp="relu2")
+    assert relu2.num_parameters() == base.num_parameters()
+    assert base.blocks[0].mlp.gate_up.weight.shape == (2 * 96, 32)  # 8/3 x 32 -> 96
+    assert relu2.blocks[0].mlp.up.weight.shape == (144, 32)  # 1.5 x 96
+    qk = tiny_model(dtype=torch.float32, qk_norm=True)
+    assert qk.num_parameters() == base.num_parameters() + 2 * 2 * 8  # 2 blocks, head width 8
+    zero = tiny_model(dtype=torch.float32, zero_init_proj=True)
+    for a, b in zip(base.blocks, zero.blocks, strict=True):
+        assert not b.attn.proj.weight.any() and not b.mlp.down.weight.any()
+        assert torch.equal(a.attn.qkv.weight, b.attn.qkv.weight)
+    ids = torch.randint(0, V, (2, 12))
+    loss = F.cross_entropy(zero(ids).flatten(0, 1), ids.flatten())
+    loss.backward()
+    assert zero.blocks[0].attn.proj.weight.grad.abs().sum() > 0  # it learns from step one
+    with pytest.raises(Exception, match=r"model.mlp='gelu': allowed \['swiglu', 'relu2'\]"):
+        ModelConfig(mlp="gelu").validate()

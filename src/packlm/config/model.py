@@ -14,7 +14,9 @@ from packlm.errors import ConfigError
 
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex", "matmul")
 LOSS_WEIGHTINGS = ("token", "document")
+MLPS = ("swiglu", "relu2")
 ALGORITHMS = ("adamw", "muon")
+SCHEDULES = ("cosine", "wsd")
 NS_DTYPES = ("auto", "float32", "bfloat16")
 
 
@@ -34,13 +36,25 @@ class ModelConfig(ConfigGroup):
     """Width of the residual stream."""
     mlp_ratio: float = 8 / 3
     """SwiGLU hidden width = mlp_ratio * n_embd, rounded up to a multiple of 32 (8/3 keeps
-    the parameter count of a 4x GELU MLP)."""
+    the parameter count of a 4x GELU MLP); mlp=relu2 takes 1.5x that."""
     dropout: float = 0.0
     """Dropout on embeddings and residual branches (not on attention probabilities, so all
     attention backends compute the same function)."""
     tie_embeddings: bool = False
     """Share the token embedding with the output head (GPT-2's way). Off: a separate head
     learned 0.02-0.04 bpb more at the same step time on two corpora (bench/presets.md)."""
+    mlp: str = "swiglu"
+    """swiglu: down(silu(gate x) * up x), hidden width mlp_hidden (Llama's). relu2:
+    down(relu(up x)^2) (nanochat, modded-nanogpt), hidden width 1.5x SwiGLU's, so the same
+    parameters (4 n_embd at mlp_ratio 8/3). format=hf exports swiglu only."""
+    qk_norm: bool = False
+    """RMSNorm on each head's queries and keys before the rotary turn, with a learned gain per
+    head dimension shared by the heads (Qwen3's, nanochat's without the gain): the attention
+    logits stay bounded. format=hf refuses it (Llama has none)."""
+    zero_init_proj: bool = False
+    """Initialize the output projection of each residual branch (attention proj, MLP down) to
+    zero, so every block starts as the identity (modded-nanogpt, nanochat); off: N(0, 0.02 /
+    sqrt(2 n_layer)), GPT-2's. An init only: checkpoints and exports are unchanged."""
     rope_base: float = 10000.0
     """Base of the rotary position embedding frequencies."""
     attention: str = "auto"
@@ -64,7 +78,10 @@ class ModelConfig(ConfigGroup):
 
     @property
     def mlp_hidden(self) -> int:
-        return 32 * -(-int(round(self.mlp_ratio * self.n_embd)) // 32)
+        """The MLP's hidden width: mlp_ratio * n_embd rounded up to a multiple of 32 (SwiGLU),
+        1.5 times that under mlp=relu2 (two matrices, not three: the same parameters)."""
+        swiglu = 32 * -(-int(round(self.mlp_ratio * self.n_embd)) // 32)
+        return swiglu if self.mlp == "swiglu" else 3 * swiglu // 2
 
     def validate(self) -> ModelConfig:
         """Raise ConfigError naming the key of the first invalid value; returns self."""
@@ -86,6 +103,7 @@ class ModelConfig(ConfigGroup):
             raise ConfigError(f"model.rope_base={self.rope_base!r}: must be a number > 1")
         check_choice("model.attention", self.attention, ATTENTION_BACKENDS)
         check_choice("model.loss_weighting", self.loss_weighting, LOSS_WEIGHTINGS)
+        check_choice("model.mlp", self.mlp, MLPS)
         return self
 
 
@@ -129,7 +147,14 @@ class OptimConfig(ConfigGroup):
     max_steps: int | None = None
     """Optimizer steps of the cosine schedule; None: the Trainer's estimated stepping batches."""
     min_lr_ratio: float = 0.1
-    """The cosine decays to lr * min_lr_ratio, then stays there."""
+    """The cosine (or the warmdown) decays to lr * min_lr_ratio, then stays there."""
+    schedule: str = "cosine"
+    """The lr after warmup. cosine: from lr down to lr * min_lr_ratio over the horizon. wsd
+    (warmup-stable-decay, nanochat's and modded-nanogpt's): flat at lr, then linear down to
+    lr * min_lr_ratio over the last warmdown_ratio of the horizon (steps, tokens under a
+    curriculum, or the time limit's share with anneal_by_time)."""
+    warmdown_ratio: float = 0.2
+    """schedule=wsd: the share of the horizon after warmup spent decaying (nanochat's 0.2)."""
     muon_lr: float = 0.02
     """optim=muon: peak lr of the hidden matrices, scaled by sqrt(max(1, rows/cols)) (Keller
     Jordan's and nanochat's 0.02 and rule; torch.optim.Muon's default is 1e-3 with the same
@@ -180,6 +205,10 @@ class OptimConfig(ConfigGroup):
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ConfigError(f"optim.min_lr_ratio={self.min_lr_ratio}: must be in [0, 1]")
         check_choice("optim.algorithm", self.algorithm, ALGORITHMS)
+        check_choice("optim.schedule", self.schedule, SCHEDULES)
+        ratio = self.warmdown_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+            raise ConfigError(f"optim.warmdown_ratio={ratio!r}: must be in (0, 1]")
         check_choice("optim.muon_ns_dtype", self.muon_ns_dtype, NS_DTYPES)
         for key in ("muon_lr", "muon_weight_decay", "muon_momentum", "muon_momentum_start"):
             value = getattr(self, key)

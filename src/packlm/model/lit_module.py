@@ -274,7 +274,9 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
         def schedule(step: int) -> float:
             now = clock(step)
             on_time = self._time_progress(timer) if timer is not None and now >= warmup else 0.0
-            return lr_factor(now, warmup, horizon, o.min_lr_ratio, first, on_time)
+            return lr_factor(
+                now, warmup, horizon, o.min_lr_ratio, first, on_time, o.schedule, o.warmdown_ratio
+            )
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {

@@ -1,4 +1,5 @@
-"""The lr schedule: linear warmup, then a cosine down to min_lr_ratio, and its clocks.
+"""The lr schedule: linear warmup, then a cosine down to min_lr_ratio (or optim.schedule=wsd:
+flat, then a linear warmdown to it), and its clocks.
 
 The clock is optimizer steps, or under data.curriculum the supervised tokens trained; with
 optim.anneal_by_time also the share of trainer.max_time spent after warmup (Lightning's
@@ -20,15 +21,26 @@ def time_limit(trainer: L.Trainer) -> Timer | None:
 
 
 def lr_factor(
-    step: float, warmup: float, total: float, min_ratio: float, first=1, on_time: float = 0.0
+    step: float,
+    warmup: float,
+    total: float,
+    min_ratio: float,
+    first=1,
+    on_time: float = 0.0,
+    shape: str = "cosine",
+    warmdown: float = 0.2,
 ) -> float:
     """Multiplier of the peak lr at optimizer step `step` (0-based): linear warmup, then a
     cosine from 1 down to min_ratio at step `total`, flat after. Under a curriculum all are
     supervised tokens and `first` the tokens of one step: the same schedule, tokens as clock.
     on_time: the time limit's share spent after warmup; the cosine follows whichever of the
-    two is further along (total=inf: the time alone)."""
+    two is further along (total=inf: the time alone). shape="wsd": 1 until the last
+    `warmdown` share of the progress, then linear down to min_ratio."""
     if step < warmup:
         return min(1.0, (step + first) / warmup)
     progress = (step - warmup) / max(1, total - warmup) if total != math.inf else 0.0
     progress = min(1.0, max(progress, on_time))
+    if shape == "wsd":
+        decayed = max(0.0, progress - (1.0 - warmdown)) / warmdown  # 0 .. 1 in the warmdown
+        return 1.0 - (1.0 - min_ratio) * decayed
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -1,7 +1,9 @@
 """A small causal Transformer for packed batches: read it top to bottom.
 
 Token embedding -> n_layer pre-norm blocks (RMSNorm, attention with rotary positions,
-RMSNorm, SwiGLU MLP) -> RMSNorm -> output head (tied to the embedding if asked).
+RMSNorm, SwiGLU MLP) -> RMSNorm -> output head (tied to the embedding if asked). Options of
+the small-LM recipes (model.qk_norm, model.mlp=relu2, model.zero_init_proj) are off unless
+asked; each is a per-token change, so packing stays exact.
 
 Packing-aware in two places only: rotary angles come from `position_ids` (0 at each
 document start), and attention uses the block-diagonal mask built from `segment_ids`
@@ -61,13 +63,22 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=False)
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
         self.proj.residual = True  # scaled init, see Transformer._init_weights
+        # model.qk_norm: one gain per head dimension for queries, one for keys
+        self.q_norm = RMSNorm(config.head_dim) if config.qk_norm else None
+        self.k_norm = RMSNorm(config.head_dim) if config.qk_norm else None
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: masks.AttentionMask) -> Tensor:
         B, T, C = x.shape
         H, D = self.n_head, C // self.n_head
         # the heads in masks.attention_dtype (cos's), q and k rotated together
         qk, v = self.qkv(x).to(cos.dtype).split([2 * C, C], dim=-1)  # [B, T, 2C], [B, T, C]
-        q, k = rotate(qk.view(B, T, 2 * H, D).transpose(1, 2), cos, sin).chunk(2, dim=1)
+        qk = qk.view(B, T, 2 * H, D)
+        if self.q_norm is not None:  # per token and head, before the rotary turn
+            q, k = qk.split(H, dim=2)  # [B, T, H, D] each
+            q = F.rms_norm(q, (D,), self.q_norm.weight.to(q.dtype), self.q_norm.eps)
+            k = F.rms_norm(k, (D,), self.k_norm.weight.to(k.dtype), self.k_norm.eps)
+            qk = torch.cat((q, k), dim=2)  # [B, T, 2H, D]
+        q, k = rotate(qk.transpose(1, 2), cos, sin).chunk(2, dim=1)  # [B, H, T, D] each
         y = masks.attend(q, k, v.view(B, T, H, D).transpose(1, 2), mask)  # [B, H, T, D]
         # [B, T, C] in the dtype proj's matmul takes (autocast's, else x's: bf16-true on CPU
         # attends in float32), merged and cast in one pass
@@ -88,13 +99,26 @@ class SwiGLU(nn.Module):
         return self.down(F.silu(gate) * up)  # [B, T, C]
 
 
+class ReLU2(nn.Module):
+    """model.mlp=relu2: down(relu(up x)^2), nanochat's MLP (hidden width: config.mlp_hidden)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.up = nn.Linear(config.n_embd, config.mlp_hidden, bias=False)
+        self.down = nn.Linear(config.mlp_hidden, config.n_embd, bias=False)
+        self.down.residual = True
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(F.relu(self.up(x)).square())  # [B, T, C]
+
+
 class Block(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.norm1 = RMSNorm(config.n_embd)
         self.attn = Attention(config)
         self.norm2 = RMSNorm(config.n_embd)
-        self.mlp = SwiGLU(config)
+        self.mlp = SwiGLU(config) if config.mlp == "swiglu" else ReLU2(config)
         self.drop = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: masks.AttentionMask) -> Tensor:
@@ -119,12 +143,15 @@ class Transformer(nn.Module):
 
     def _init_weights(self, module: nn.Module) -> None:
         """nanoGPT/GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer)
-        so the residual stream's variance does not grow with depth."""
+        so the residual stream's variance does not grow with depth (model.zero_init_proj:
+        zero, so each block starts as the identity). The same random draws either way."""
         if isinstance(module, (nn.Linear, nn.Embedding)):
             std = 0.02
             if getattr(module, "residual", False):
                 std /= math.sqrt(2 * self.config.n_layer)
             nn.init.normal_(module.weight, mean=0.0, std=std)
+            if getattr(module, "residual", False) and self.config.zero_init_proj:
+                nn.init.zeros_(module.weight)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # tied weights counted once

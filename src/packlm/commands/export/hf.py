@@ -6,7 +6,9 @@ renaming plus two splits: `qkv` -> q/k/v_proj and `gate_up` -> gate/up_proj. The
 are loaded into a real `LlamaForCausalLM` with strict key checking before they are saved,
 so a mapping that misses a tensor fails here, not in the user's code.
 
-What transformers cannot express is refused or said: packlm's dropout on residual branches
+What transformers cannot express is refused or said: a model trained with model.qk_norm or
+model.mlp=relu2 is refused in one line (`not_llama`; Llama has neither; model.zero_init_proj
+is an init only and exports as usual); packlm's dropout on residual branches
 (only matters when training; Llama has attention dropout only) is dropped with the model
 config recorded, and packed rows need packlm's block-diagonal mask (in transformers, run
 one document per row, or pass an attention_mask).
@@ -21,6 +23,7 @@ from typing import Any
 import torch
 
 from packlm.config.model import ModelConfig, as_dict
+from packlm.errors import ConfigError
 from packlm.tokenizer.chat import CHAT_TOKENS, HF_CHAT_TEMPLATE
 from packlm.tokenizer.formats import write_atomic
 
@@ -124,9 +127,21 @@ def tokenizer_config(tokenizer, model: ModelConfig) -> dict[str, Any]:
     }
 
 
+def not_llama(model: ModelConfig) -> list[str]:
+    """The model options LlamaForCausalLM cannot express, as `key=value`."""
+    refused = [f"model.mlp={model.mlp}"] if model.mlp != "swiglu" else []
+    return refused + (["model.qk_norm=true"] if model.qk_norm else [])
+
+
 def export_hf(weights: dict[str, torch.Tensor], model: ModelConfig, tokenizer, out: Path) -> None:
     """Write config.json, model.safetensors, generation_config.json, tokenizer.json and
     tokenizer_config.json into the (temporary) folder `out`."""
+    refused = not_llama(model)
+    if refused:
+        raise ConfigError(
+            f"format=hf: the checkpoint's {', '.join(refused)} has no LlamaForCausalLM "
+            "equivalent; format=hf exports models trained without it"
+        )
     transformers = require_hf()
     if tokenizer.vocab_size > model.vocab_size:
         raise ValueError(
