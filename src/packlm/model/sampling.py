@@ -33,15 +33,15 @@ def sample_tokens(
     if top_k is not None and top_k <= 0:
         raise ValueError(f"top_k={top_k}: must be a positive integer or null")
     generator = torch.Generator(device="cpu").manual_seed(seed)
-    ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # [1, T]
+    # only the last C ids are ever read: a long prompt or run costs no copy of its whole length
+    context = torch.tensor([prompt_ids[-context_length:]], dtype=torch.long, device=device)
     new: list[int] = []
     for _ in range(max_new_tokens):
-        context = ids[:, -context_length:]  # [1, <=C]
         logits = logits_fn(context)[0, -1].float().cpu()  # [V]
         if temperature == 0:
             next_id = int(logits.argmax())
-        else:
-            logits = logits / temperature
+        else:  # in float64, the largest logit 0: a tiny temperature gives -inf, never NaN
+            logits = (logits.double() - logits.max()) / temperature
             if top_k is not None and top_k < logits.numel():
                 kth = torch.topk(logits, top_k).values[-1]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -50,7 +50,8 @@ def sample_tokens(
         new.append(next_id)
         if stop_id is not None and next_id == stop_id:
             break
-        ids = torch.cat([ids, torch.tensor([[next_id]], device=ids.device)], dim=1)
+        next_ids = torch.tensor([[next_id]], device=context.device)
+        context = torch.cat([context, next_ids], dim=1)[:, -context_length:]  # [1, <=C]
     return new
 
 
