@@ -43,7 +43,7 @@ from packlm.errors import ConfigError
 
 Q = 1 << 20
 """Integer parts of one step's rows that the shares are rounded to."""
-BLOCK = 1 << 16
+BLOCK = 1 << 12
 """Steps of a ramp whose parts are summed together, when a step in them is first asked for."""
 MAX_SUM = 1 << 28
 """The most ramp steps one look-up sums at once (~0.3 us each: about a minute; a resume at

@@ -32,8 +32,8 @@ from packlm.errors import ConfigError
 
 BATCH_ORDER = 7
 """The random purpose of the row order of a global batch (next to order.py's DOCS ... GROUPS)."""
-MAX_PASSES = 1 << 17
-"""The most passes of one source one look-up may count (each is a plan of the source, 0.1 to
+MAX_PASSES = 1 << 20
+"""The most passes of one source one look-up may count (each is a plan of the source, 0.07 to
 0.3 ms for a small one): a row further from the passes counted is refused naming the source,
 before any is counted (a trace of a step billions of rows away ran for days)."""
 KEEP = 4096
