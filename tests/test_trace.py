@@ -140,7 +140,7 @@ def test_command_line_prints_json_and_text_and_refuses_unknown_keys(prepared, mo
 
     data = DataConfig.from_mapping({**BASE, **CASES["document"]}).validate()
     tracer = Tracer(EpochPlans(prepared=prepared, data=data, progress=False), Schedule(2, 2))
-    monkeypatch.setattr(trace_cli, "tracer_of", lambda path, world: tracer)
+    monkeypatch.setattr(trace_cli, "tracer_of", lambda path, world, step=None: tracer)
     assert main(["run", "step=3", "rank=1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [(t["epoch"], t["batch"]) for t in out] == tracer.step_batches(3)
