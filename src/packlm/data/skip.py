@@ -28,6 +28,7 @@ import numpy as np
 
 from packlm.data.epoch.indexing import interval_of
 from packlm.data.epoch.plan import EpochPlan
+from packlm.data.store.sources.document import split_turn
 from packlm.errors import ConfigError
 
 CHUNK = 1 << 16
@@ -37,7 +38,9 @@ CHUNK = 1 << 16
 def resolve_documents(store: Any, entries: Sequence[Any]) -> np.ndarray:
     """int64 sorted store documents of data.skip_documents: an index, a full doc id
     ("source:path[:record]") or the id without its source ("path[:record]", what the trace
-    prints). An id held by several documents (one file in two sources) names them all."""
+    prints). An id held by several documents (one file in two sources) names them all; a
+    conversation's id names every piece of it when data.chat_overflow cut it ("path:record"
+    matches "path:record@turn<k>"; the piece's own id names that piece alone)."""
     indices = [e for e in entries if isinstance(e, int)]
     bad = [i for i in indices if i >= store.n_docs]
     if bad:
@@ -52,11 +55,11 @@ def resolve_documents(store: Any, entries: Sequence[Any]) -> np.ndarray:
         seen: set[str] = set()
         for d in range(store.n_docs):  # only when ids are given: reads doc_ids.txt once
             doc_id = store.doc_id(d)
-            short = doc_id.partition(":")[2]
-            hit = doc_id if doc_id in wanted else short if short in wanted else None
-            if hit is not None:
+            whole = split_turn(doc_id)[0]  # a cut conversation's piece: the conversation
+            hits = {doc_id, doc_id.partition(":")[2], whole, whole.partition(":")[2]} & wanted
+            if hits:
                 found.append(d)
-                seen.add(hit)
+                seen |= hits
         missing = [n for n in names if n not in seen]
         if missing:
             raise ConfigError(

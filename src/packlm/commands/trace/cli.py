@@ -50,6 +50,8 @@ def render(traces: list[dict[str, Any]]) -> str:
             for p in r["pieces"]:
                 where = p["path"] or p["doc_id"]
                 record = "" if p["record"] is None else f" record {p['record']}"
+                if p.get("first_turn") is not None:  # a piece of a cut conversation
+                    record += f" from turn {p['first_turn']}"
                 span = p.get("text_byte_span")
                 lines.append(
                     f"    doc {p['document']} [{p['source']}] {where}{record}: tokens "
@@ -59,6 +61,15 @@ def render(traces: list[dict[str, Any]]) -> str:
                     f"{p['targets']} targets"
                     + (" (data.skip_documents: not supervised)" if p["skipped"] else "")
                 )
+                if p.get("turns"):
+                    lines.append(
+                        "      turns: "
+                        + ", ".join(
+                            f"{u['turn']} {u['role']} columns {u['row_columns'][0]}:"
+                            f"{u['row_columns'][1]} ({u['targets']} targets)"
+                            for u in p["turns"]
+                        )
+                    )
                 if "text_first" in p:
                     lines.append(f"      {p['text_first']!r} ... {p['text_last']!r}")
     lines.append(f"labels: {LABEL_RULE}")
@@ -78,7 +89,7 @@ USAGE = (
 HELP = """\
 What a step trained on, from the run's saved config alone (no replay): for every row of the
 global batch, its samples and their pieces (store document, source and record, token and text
-spans, supervised targets).
+spans, supervised targets; for a conversation, each turn's index, role and targets).
 
   step=N          the optimizer step as the run logged it (its plan step is printed too)
   epoch=E batch=B a global batch of an epoch instead

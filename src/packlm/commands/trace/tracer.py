@@ -8,18 +8,21 @@ from typing import Any
 
 import numpy as np
 
-from packlm.batch import IGNORE_INDEX, drop_skipped, labels
+from packlm.batch import IGNORE_INDEX, drop_skipped, drop_unsupervised, labels
 from packlm.commands.trace.mixture_batch import mixture_batch
+from packlm.commands.trace.turns import conversation_turns, document_codes, piece_turns
 from packlm.data.epoch.curriculum import Phase, Position, Segment, epoch_segments
 from packlm.data.plans import EpochPlans
 from packlm.data.skip import StepSkips
-from packlm.data.store.sources.document import parse_doc_id
+from packlm.data.store.sources.document import parse_doc_id, split_turn
 from packlm.errors import ConfigError
+from packlm.tokenizer.chat import ChatFormat, supervised_table
 
 LABEL_RULE = (
     "labels[j] = token j+1 when it is real and in the same segment as token j (packing "
     "document/none: a piece of L tokens gives L-1 targets; stream: a row is one segment, "
-    "so a row that read R tokens gives R-1), else -100 (packlm.batch.labels)"
+    "so a row that read R tokens gives R-1), else -100 (packlm.batch.labels); and -100 where "
+    "token j+1 is a conversation's token whose role does not train (data.chat_supervised)"
 )
 EDGE = 40  # characters of a piece's text shown at each end
 MAX_WALK = 10_000
@@ -215,25 +218,26 @@ class Tracer:
         names, world, bos = store.source_names, self.schedule.world_size, self.plans.data.bos
         skip = np.isin(doc, self.plans.skipped_documents())  # [p] data.skip_documents pieces
         byte_len = tok.token_byte_lengths() if tok is not None else None
+        chat = getattr(store, "roles", None) is not None  # conversations: a mask, and turns
+        table = supervised_table(self.plans.data.chat_supervised) if chat else None
+        start_id = ChatFormat.of(tok).start_id if chat and tok is not None else None
         out = []
         for i, slot in enumerate(slots.tolist()):
             mine = np.flatnonzero(row == i)
             pieces, column, ids_row = [], 0, []
             skipped = np.zeros(plan.window + 1, dtype=bool)  # [T+1] tokens of skipped documents
-            for n_piece, p in enumerate(mine.tolist()):
+            supervised = np.zeros(plan.window + 1, dtype=bool) if chat else None  # [T+1]
+            for p in mine.tolist():
                 d, b, L = int(doc[p]), int(begin[p]), int(size[p])
                 piece_ids = document_tokens(store, d, b, L, bos)
-                last = n_piece == len(mine) - 1
-                targets = L - 1 if plan.packing != "stream" or last else L
                 if skip[p]:  # no label has its tokens as input or target
-                    targets = 0
                     skipped[column : column + L] = True
-                elif plan.packing == "stream" and not last and skip[mine[n_piece + 1]]:
-                    targets -= 1  # its last token would predict a skipped one
+                if chat:  # may each token be a target: its role code, never the BOS
+                    supervised[column : column + L] = table[document_codes(store, d, b, L, bos)]
+                    supervised[column : column + L] &= np.arange(b, b + L) >= int(bos)
                 pieces.append(
                     self._piece(store, names, tok, byte_len, d, b, L, bos, piece_ids)
-                    | {"row_columns": [column, column + L], "targets": targets}
-                    | {"skipped": bool(skip[p])}
+                    | {"row_columns": [column, column + L], "skipped": bool(skip[p])}
                 )
                 ids_row.append(piece_ids)
                 column += L
@@ -246,7 +250,19 @@ class Tracer:
                     np.arange(len(ids_row)), [len(x) for x in ids_row]
                 )
             seg = np.where(segments >= 0, 0, -1) if plan.packing == "stream" else segments
-            lab = drop_skipped(labels(tokens[None], seg[None].astype(np.int32)), skipped[None])[0]
+            lab = drop_skipped(labels(tokens[None], seg[None].astype(np.int32)), skipped[None])
+            lab = drop_unsupervised(lab, None if supervised is None else supervised[None])[0]
+            for p, piece in zip(mine.tolist(), pieces, strict=True):  # labels of its inputs
+                lo, hi = piece["row_columns"]
+                piece["targets"] = int((lab[lo:hi] != IGNORE_INDEX).sum())
+                turns = (
+                    conversation_turns(store, piece["document"], start_id)
+                    if start_id is not None else None
+                )  # fmt: skip
+                if turns is not None:
+                    first = piece["first_turn"] or 0
+                    piece["turns"] = piece_turns(turns, first, int(begin[p]), int(size[p]), bos,
+                                                 lo, lab)  # fmt: skip
             supervised = lab != IGNORE_INDEX
             windows = int(plan.window_cum[seq[i] + 1] - plan.window_cum[seq[i]])
             out.append(
@@ -290,6 +306,7 @@ class Tracer:
             "store_offsets": [int(store.doc_offsets[d]), int(store.doc_offsets[d + 1])],
         }
         out.update(parse_doc_id(doc_id))
+        out["first_turn"] = split_turn(doc_id)[1]  # a cut conversation's piece: its first turn
         if tok is not None:
             before = document_tokens(store, d, 0, b, bos)
             lo = int(byte_len[before].sum())

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from packlm.data.store.sources.document import TURN_MARK
 from packlm.tokenizer.chat import MARKUP, ROLE_CODES
 
 POLICIES = ("drop", "cut_turns")
@@ -111,14 +112,14 @@ def apply_overflow(
         if overflow.policy == "drop":
             pieces = []
         else:
-            role = _turn_roles(codes[a:b], bounds)  # [turns]
+            role = turn_roles(codes[a:b], bounds)  # [turns]
             pieces = cut_turns(np.diff(bounds), role == ASSISTANT, overflow.max_tokens)
         kept_turns = 0
         for first, last in pieces:
             lo, hi = a + int(bounds[first]), a + int(bounds[last + 1])
             keep[lo:hi] = True
             out_lengths.append(hi - lo)
-            out_ids.append(f"{doc_ids[d]}@turn{first}")
+            out_ids.append(f"{doc_ids[d]}{TURN_MARK}{first}")
             out_sources.append(sources[d])
             kept_turns += last - first + 1
         counts["tokens_dropped"] += (b - a) - sum(
@@ -129,7 +130,7 @@ def apply_overflow(
     return ids[keep], np.asarray(out_lengths, dtype=np.int64), codes[keep], out_ids, out_sources
 
 
-def _turn_roles(codes: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+def turn_roles(codes: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """uint8 role code of each turn [bounds[k], bounds[k+1]): its `<|im_end|>` carries it
     (content may be empty), the first code past MARKUP inside the turn."""
     role_at = np.flatnonzero(codes > MARKUP)  # content and <|im_end|> tokens

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -17,10 +18,24 @@ class Document(NamedTuple):
     rendering); None for a text document."""
 
 
+TURN_MARK = "@turn"
+"""A piece of a conversation cut between turns (data.chat_overflow=cut_turns) has the
+conversation's id with "@turn{k}" after it, k its first turn."""
+_CUT_PIECE = re.compile(r"(.*:\d+)@turn(\d+)")  # a conversation always has a record
+
+
+def split_turn(doc_id: str) -> tuple[str, int | None]:
+    """(the conversation's id, the piece's first turn) of a cut conversation's piece;
+    (doc_id, None) for any other document."""
+    cut = _CUT_PIECE.fullmatch(doc_id)
+    return (cut.group(1), int(cut.group(2))) if cut else (doc_id, None)
+
+
 def parse_doc_id(doc_id: str) -> dict[str, Any]:
-    """`source:path[@span][:record]` -> path and record (a JSONL line number, a Parquet row,
-    the k-th piece of a text file split on data.separator); None where the id has none."""
-    _, _, rest = doc_id.partition(":")
+    """`source:path[@span][:record][@turn<k>]` -> path and record (a JSONL line number, a
+    Parquet row, the k-th piece of a text file split on data.separator); None where the id has
+    none. A cut conversation's piece gives its conversation's (`split_turn` gives k)."""
+    _, _, rest = split_turn(doc_id)[0].partition(":")
     path, _, last = rest.rpartition(":")
     if path and last.isdigit():
         return {"path": path, "record": int(last)}
