@@ -4,8 +4,12 @@
   document), each allowed (query, key) cell in its document's colour, PAD's lone diagonal
   in dark grey, masked cells white, with a legend;
 - `Packing/batch_layout`: every row x position, in its document's colour where the position's
-  next token is a target, pale where it is not, dark grey for PAD: what packing did and
-  what the loss sees, readable on a white page.
+  next token is a target, half-pale where the next token is its own document's but masked
+  (context: a conversation's system/user/tool turns and markup under data.chat_supervised,
+  or a data.skip_documents document), pale where there is no next token to predict (its
+  document ends: a boundary, the row's end), dark grey for PAD: what packing did and what
+  the loss sees, readable on a white page. The last column cannot tell a masked next token
+  from a boundary (the batch holds T inputs) and shows it as a boundary.
 The group is `Packing` (upper case, like `Loss`): TensorBoard's Time Series sorts groups by
 name, upper case first, and opens only the first two, so a run opens on `Loss` and these.
 """
@@ -29,6 +33,7 @@ from packlm.callbacks.views.tensorboard import FirstBatchView
 from packlm.model.masks import allowed
 
 LEGEND_DOCUMENTS = 9  # legend entries before "..." (colours cycle after that)
+CONTEXT_WHITE = 0.4  # white mixed into a context position's colour (a boundary's: 0.7)
 
 
 def busiest_row(segment_ids: torch.Tensor) -> int:
@@ -46,12 +51,24 @@ def mask_pixels(segment_ids: torch.Tensor) -> np.ndarray:
     return np.where(ok[..., None], colours[:, None, :], BLANK_COLOUR)  # [T, T, 3]
 
 
-def layout_pixels(segment_ids: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
-    """uint8 [B, T, 3]: document colour where labels != -100, pale where not, grey for PAD."""
+def not_targets(segment_ids: torch.Tensor, labels: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """(context, boundary) bool [B, T] of the real positions with label -100: context where
+    the next input is of the same document (the mask dropped its target), boundary where it
+    is not (another document, PAD) or is past the row."""
     seg = segment_ids.cpu().numpy()  # [B, T]
-    colours = document_colours(seg)  # [B, T, 3]
     unsupervised = (labels.cpu().numpy() == -100) & (seg >= 0)
-    colours[unsupervised] = lighten(colours[unsupervised])
+    same_next = np.zeros(seg.shape, dtype=bool)
+    same_next[:, :-1] = seg[:, 1:] == seg[:, :-1]
+    return unsupervised & same_next, unsupervised & ~same_next
+
+
+def layout_pixels(segment_ids: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
+    """uint8 [B, T, 3]: document colour where labels != -100, half-pale on context (the next
+    token its document's, masked), pale at a boundary, grey for PAD."""
+    colours = document_colours(segment_ids.cpu().numpy())  # [B, T, 3]
+    context, boundary = not_targets(segment_ids, labels)
+    colours[context] = lighten(colours[context], CONTEXT_WHITE)
+    colours[boundary] = lighten(colours[boundary])
     return colours
 
 
@@ -97,12 +114,18 @@ def layout_image(segment_ids: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
     ax.set_yticks(range(0, b, max(1, b // 16)))
     ax.set(xlabel="position in the window", ylabel="batch row")
     supervised = int((labels != -100).sum())
-    ax.set_title(f"batch layout: {b} rows x {t}, {supervised} supervised targets", fontsize=10)
+    context = int(not_targets(segment_ids, labels)[0].sum())
+    masked = f", {context} context (masked)" if context else ""
+    ax.set_title(
+        f"batch layout: {b} rows x {t}, {supervised} supervised targets{masked}", fontsize=10
+    )
     n_documents = int(segment_ids.max()) + 1 if segment_ids.numel() else 0
+    shades = [("next token masked: context", lighten(DOCUMENT_COLOURS[0], CONTEXT_WHITE))]
     _legend(
         ax,
         n_documents,
-        ("next token not a target (pale)", lighten(DOCUMENT_COLOURS[0])),
+        *(shades if context else []),
+        ("no next token: document end", lighten(DOCUMENT_COLOURS[0])),
         ("PAD", PAD_COLOUR),
     )
     return to_array(fig)
