@@ -179,3 +179,17 @@ def test_the_table_goes_to_the_checkpoints_run_folder(tmp_path):
     assert table_path(True, "t.csv", ckpt) == Path("t.csv")  # a given path as given
     with pytest.raises(FileNotFoundError, match="no such checkpoint"):
         table_path(True, None, tmp_path / "absent.ckpt")
+
+
+def test_windows_are_counted_without_rows_of_pad_and_any_batch_size_scores_the_same(
+    held_out, tmp_path
+):
+    """Issue #59, family 3: `data.batch_size=10**12` (all in one batch) allocated 10**12 rows
+    (a 7.28 TiB traceback); and rows of PAD filling the last batch were counted as windows
+    (16 for these 3 documents at the default batch size)."""
+    ckpt, texts, _, _ = held_out
+    data = {"val_sources": [f"{texts}/*.txt"], "packing": "none"}
+    results = [evaluate(ckpt, {**data, "batch_size": b}, tmp_path) for b in (16, 10**12, 2, 1)]
+    assert {r["windows"] for r in results} == {3}
+    assert {r["supervised_tokens"] for r in results} == {results[0]["supervised_tokens"]}
+    assert [r["loss"] for r in results] == pytest.approx([results[0]["loss"]] * 4, rel=1e-6)

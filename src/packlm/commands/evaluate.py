@@ -216,8 +216,8 @@ def document_batches(store, data, stride: int):
 
 
 def score(model, loader, byte_lengths, by_document, device: str, progress: bool):
-    """(sum of CE in nats, supervised targets, their bytes, rows) over the loader's batches;
-    each document's share added to `by_document` (a GroupTotals, or None)."""
+    """(sum of CE in nats, supervised targets, their bytes, rows holding a token) over the
+    loader's batches; each document's share added to `by_document` (a GroupTotals, or None)."""
     import torch
 
     from packlm.batch import DOCUMENT_KEY
@@ -236,7 +236,7 @@ def score(model, loader, byte_lengths, by_document, device: str, progress: bool)
         nats += float(sum_ce)
         supervised += int(mask.sum())
         n_bytes += int((byte_lengths[batch["labels"].clamp(min=0)] * mask).sum())
-        rows += batch["input_ids"].shape[0]
+        rows += int((batch["segment_ids"] >= 0).any(dim=1).sum())  # a PAD row is no window
     return nats, supervised, n_bytes, rows
 
 

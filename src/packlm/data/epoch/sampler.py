@@ -158,10 +158,12 @@ class PlanSampler(Sampler):
         return self._batches(self.segments(), Position(**self.position.as_dict()))
 
     def _batches(self, segments: list[Segment], at: Position) -> Iterator[BatchPieces]:
-        mine = self.rank + self.world_size * np.arange(self.batch_size)  # [B] slots of this rank
         for seg in segments:
             plan = self.plan_for(at.epoch, seg.phase)
             n, window = plan.n_samples, self.phases[seg.phase].window if self.phases else None
+            # a batch larger than the plan: its samples, no rows that could only be PAD
+            rows = min(self.batch_size, -(-n // self.world_size))
+            mine = self.rank + self.world_size * np.arange(rows)  # [rows] slots of this rank
             for j in range(seg.batches):
                 base = seg.start + j * self.step
                 positions = base + mine
@@ -186,4 +188,4 @@ class PlanSampler(Sampler):
                 if self.skip_documents is not None:
                     skipped = np.isin(pieces[1], self.skip_documents)  # [p]
                     skipped = skipped if skipped.any() else None
-                yield BatchPieces(self.batch_size, pieces, window, skipped)
+                yield BatchPieces(rows, pieces, window, skipped)
