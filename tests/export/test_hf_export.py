@@ -105,7 +105,12 @@ def test_a_train_py_checkpoint_exports(tiny_corpus, tmp_path):
 
 @pytest.mark.parametrize(
     ("model", "named"),
-    [({"qk_norm": True}, "model.qk_norm=true"), ({"mlp": "relu2"}, "model.mlp=relu2")],
+    [
+        ({"qk_norm": True}, "model.qk_norm=true"),
+        ({"mlp": "relu2"}, "model.mlp=relu2"),
+        ({"logit_softcap": 15.0}, "model.logit_softcap=15.0"),
+        ({"residual_scalars": True}, "model.residual_scalars=true"),
+    ],
 )
 def test_options_llama_lacks_are_refused_in_one_line(tmp_path, tiny_tokenizer, model, named):
     ckpt = tmp_path / "last.ckpt"

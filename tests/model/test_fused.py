@@ -222,3 +222,49 @@ def test_the_training_loss_equals_logits_and_cross_entropy(monkeypatch, tied, ch
     got = torch.autograd.grad(objective, params)
     for a, b in zip(got, torch.autograd.grad(want.sum(), params), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_chunked_head_with_a_softcap_is_tanh_logits_and_cross_entropy(weighted, monkeypatch):
+    """model.logit_softcap through the chunked head: the CE, its sum and both gradients are
+    those of cap * tanh(h w^T / cap) and F.cross_entropy (float64), over several chunks."""
+    monkeypatch.setattr(fused, "CE_CHUNK_ELEMENTS", 1)  # 64 rows a chunk: three chunks
+    g = torch.Generator().manual_seed(0)
+    N, C, V, cap = 150, 8, 24, 2.0
+    h = torch.randn(N, C, generator=g, dtype=torch.float64, requires_grad=True)
+    w = (3 * torch.randn(V, C, generator=g, dtype=torch.float64)).requires_grad_()
+    labels = torch.randint(0, V, (N,), generator=g)
+    labels[::7] = -100
+    weights = torch.rand(N, generator=g, dtype=torch.float64) if weighted else None
+    objective, ce = fused.linear_cross_entropy(h, w, labels, weights, -100, softcap=cap)
+    objective.backward()
+    got = h.grad.clone(), w.grad.clone()
+    h.grad = w.grad = None
+    logits = cap * torch.tanh(h @ w.T / cap)  # [N, V]
+    assert (h @ w.T).abs().max() > 3 * cap  # the cap bites
+    ref_ce = F.cross_entropy(logits, labels, reduction="none", ignore_index=-100)
+    ref = (ref_ce if weights is None else ref_ce * weights).sum()
+    ref.backward()
+    torch.testing.assert_close(ce, ref_ce.detach())
+    torch.testing.assert_close(objective, ref.detach())
+    torch.testing.assert_close(got[0], h.grad)
+    torch.testing.assert_close(got[1], w.grad)
+
+
+def test_the_training_loss_takes_the_softcap_on_both_head_paths(monkeypatch):
+    from packlm.model.loss import head_cross_entropy
+
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=64, context_length=8, n_layer=1, n_head=2, n_embd=16)
+    model = Transformer(ModelConfig(**{**vars(config), "logit_softcap": 0.3})).double()
+    ids = torch.randint(0, 64, (2, 8))
+    inputs = (ids, None, None)
+    got = {}
+    for path, threshold in (("logits", 2**62), ("chunked", 0)):
+        monkeypatch.setattr(fused, "CE_CHUNKED_FROM", threshold)
+        objective, ce = head_cross_entropy(model, model, inputs, ids)
+        got[path] = objective.item(), ce.detach()
+    assert got["logits"][0] == pytest.approx(got["chunked"][0], rel=1e-12)
+    torch.testing.assert_close(got["logits"][1], got["chunked"][1])
+    # logits within (-0.3, 0.3): no target can cost more than ln V + 2 * 0.3
+    assert got["logits"][1].max() < torch.log(torch.tensor(64.0)).item() + 0.6

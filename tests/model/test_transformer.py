@@ -37,7 +37,9 @@ OPTIONS = [
     {"qk_norm": True},
     {"mlp": "relu2"},
     {"zero_init_proj": True},
-    {"qk_norm": True, "mlp": "relu2", "zero_init_proj": True},
+    {"logit_softcap": 3.0},
+    {"residual_scalars": True},
+    {"qk_norm": True, "mlp": "relu2", "zero_init_proj": True, "residual_scalars": True},
 ]
 options = pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "default")
 
@@ -48,6 +50,9 @@ options = pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) 
 def test_packed_row_equals_each_document_alone(lengths, attention, options):
     """Invariant 1: logits and gradients (float64, atol 1e-5)."""
     model = tiny_model(attention=attention, **options)
+    if options.get("residual_scalars"):  # the embedding's path into every block, in use
+        with torch.no_grad():
+            model.x0_scalars.fill_(0.5)
     docs = random_docs(lengths, seed=len(lengths))
     packed = cat_rows(pack_row(docs, T=16 + 3), pack_row(docs[::-1], T=16 + 3))  # PAD at the end
     logits = run(model, packed)  # [2, T, V]
@@ -236,3 +241,10 @@ def test_recipe_options_shapes_and_init():
     assert zero.blocks[0].attn.proj.weight.grad.abs().sum() > 0  # it learns from step one
     with pytest.raises(Exception, match=r"model.mlp='gelu': allowed \['swiglu', 'relu2'\]"):
         ModelConfig(mlp="gelu").validate()
+    with pytest.raises(Exception, match=r"model.logit_softcap=0: a positive number, or null"):
+        ModelConfig(logit_softcap=0).validate()
+    capped = tiny_model(dtype=torch.float32, logit_softcap=0.5)
+    assert capped(ids).abs().max() < 0.5
+    scalars = tiny_model(dtype=torch.float32, residual_scalars=True)
+    assert scalars.num_parameters() == base.num_parameters() + 2 * 2  # a pair per layer
+    torch.testing.assert_close(scalars(ids), base(ids))  # (1, 0) at the start: the same model

@@ -55,6 +55,13 @@ class ModelConfig(ConfigGroup):
     """Initialize the output projection of each residual branch (attention proj, MLP down) to
     zero, so every block starts as the identity (modded-nanogpt, nanochat); off: N(0, 0.02 /
     sqrt(2 n_layer)), GPT-2's. An init only: checkpoints and exports are unchanged."""
+    logit_softcap: float | None = None
+    """Squash the output logits to (-cap, cap) with cap * tanh(logits / cap) (nanochat's 15,
+    Gemma 2's 30); null: off. format=hf refuses it (Llama has none)."""
+    residual_scalars: bool = False
+    """Before each block, x = a_i * x + b_i * x0, x0 the embedding output, a learned pair per
+    layer starting at (1, 0) (nanochat's resid/x0 lambdas; AdamW trains them at optim.lr, as
+    the other vectors). format=hf refuses it."""
     rope_base: float = 10000.0
     """Base of the rotary position embedding frequencies."""
     attention: str = "auto"
@@ -104,6 +111,11 @@ class ModelConfig(ConfigGroup):
         check_choice("model.attention", self.attention, ATTENTION_BACKENDS)
         check_choice("model.loss_weighting", self.loss_weighting, LOSS_WEIGHTINGS)
         check_choice("model.mlp", self.mlp, MLPS)
+        cap = self.logit_softcap
+        if cap is not None and (
+            isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0
+        ):
+            raise ConfigError(f"model.logit_softcap={cap!r}: a positive number, or null (off)")
         return self
 
 

@@ -40,6 +40,7 @@ def linear_cross_entropy(
     labels: Tensor,
     weights: Tensor | None = None,
     ignore_index: int = -100,
+    softcap: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The output head and the cross-entropy together, in chunks of rows.
 
@@ -54,14 +55,17 @@ def linear_cross_entropy(
     place while still in cache; the gradients of hidden and weight are taken in the forward
     and scaled by the incoming gradient in the backward. Matmuls run in autocast's dtype (or
     the weight's), softmax in float32, as F.linear + F.cross_entropy do under autocast.
+    softcap (model.logit_softcap): the logits are softcap * tanh(logits / softcap).
     """
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        return _LinearCrossEntropy.apply(hidden, weight, labels, weights, ignore_index)
-    objective, ce, _, _ = _head_and_ce(hidden, weight, labels, weights, ignore_index, False)
+        return _LinearCrossEntropy.apply(hidden, weight, labels, weights, ignore_index, softcap)
+    objective, ce, _, _ = _head_and_ce(
+        hidden, weight, labels, weights, ignore_index, False, softcap
+    )
     return objective, ce
 
 
-def _head_and_ce(hidden, weight, labels, weights, ignore_index: int, grads: bool):
+def _head_and_ce(hidden, weight, labels, weights, ignore_index: int, grads: bool, softcap=None):
     """(objective, ce [N], d objective / d hidden [N, C] or None, d / d weight [V, C] or None)."""
     N, V = hidden.shape[0], weight.shape[0]
     device = hidden.device
@@ -78,11 +82,16 @@ def _head_and_ce(hidden, weight, labels, weights, ignore_index: int, grads: bool
     for start in range(0, N, rows):
         s = slice(start, start + rows)
         logits = (h[s] @ w.t()).to(acc)  # [r, V]
+        if softcap is not None:
+            capped = torch.tanh(logits / softcap)  # [r, V]; its derivative is 1 - capped^2
+            logits = capped * softcap
         lse = torch.logsumexp(logits, dim=-1)  # [r]
         ce[s] = (lse - logits.gather(1, target[s]).squeeze(1)) * valid[s]
         if grads:  # d (scale * CE) / d logits = scale * (softmax - one_hot(target))
             probs = logits.sub_(lse[:, None]).exp_()  # [r, V], in place
             probs.scatter_add_(1, target[s], torch.full_like(lse[:, None], -1.0))
+            if softcap is not None:  # through the cap: d logits / d (h w^T) = 1 - tanh^2
+                probs.mul_(capped.square_().neg_().add_(1.0))
             g = probs.mul_(scale[s, None]).to(dtype)  # [r, V]
             grad_h[s] = g @ w  # [r, C]
             if dtype == acc:
@@ -94,9 +103,9 @@ def _head_and_ce(hidden, weight, labels, weights, ignore_index: int, grads: bool
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, labels, weights, ignore_index):
+    def forward(ctx, hidden, weight, labels, weights, ignore_index, softcap):
         objective, ce, grad_h, grad_w = _head_and_ce(
-            hidden, weight, labels, weights, ignore_index, True
+            hidden, weight, labels, weights, ignore_index, True, softcap
         )
         ctx.save_for_backward(grad_h, grad_w)
         ctx.weight_dtype = weight.dtype
@@ -110,4 +119,4 @@ class _LinearCrossEntropy(torch.autograd.Function):
         d_weight = (
             (grad_w * grad_objective).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
         )
-        return d_hidden, d_weight, None, None, None
+        return d_hidden, d_weight, None, None, None, None

@@ -144,6 +144,7 @@ def head_cross_entropy(
         labels.flatten(),
         None if weights is None else weights.flatten(),
         IGNORE_INDEX,
+        model.config.logit_softcap,
     )
     return objective, ce.view(labels.shape)
 

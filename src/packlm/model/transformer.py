@@ -2,8 +2,8 @@
 
 Token embedding -> n_layer pre-norm blocks (RMSNorm, attention with rotary positions,
 RMSNorm, SwiGLU MLP) -> RMSNorm -> output head (tied to the embedding if asked). Options of
-the small-LM recipes (model.qk_norm, model.mlp=relu2, model.zero_init_proj) are off unless
-asked; each is a per-token change, so packing stays exact.
+the small-LM recipes (model.qk_norm, mlp=relu2, zero_init_proj, logit_softcap,
+residual_scalars) are off unless asked; each is a per-token change, so packing stays exact.
 
 Packing-aware in two places only: rotary angles come from `position_ids` (0 at each
 document start), and attention uses the block-diagonal mask built from `segment_ids`
@@ -139,6 +139,9 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.wte.weight
+        if config.residual_scalars:  # x = resid[i] * x + x0[i] * embedding before block i
+            self.resid_scalars = nn.Parameter(torch.ones(config.n_layer))
+            self.x0_scalars = nn.Parameter(torch.zeros(config.n_layer))
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -168,7 +171,9 @@ class Transformer(nn.Module):
         document per row. position_ids [B, T]: None derives them from segment_ids (0 at
         each document start).
         """
-        return self.lm_head(self.hidden(input_ids, segment_ids, position_ids))  # [B, T, V]
+        logits = self.lm_head(self.hidden(input_ids, segment_ids, position_ids))  # [B, T, V]
+        cap = self.config.logit_softcap
+        return logits if cap is None else cap * torch.tanh(logits / cap)
 
     def hidden(
         self,
@@ -186,7 +191,10 @@ class Transformer(nn.Module):
         backend = masks.resolve_backend(self.config.attention, x.device, T)
         mask = masks.build_mask(segment_ids, backend, dtype, T, x.device)  # once for all layers
         cos, sin = self.rotary(position_ids, dtype)  # [B, 1, T, D] each
-        for block in self.blocks:
+        x0 = x
+        for i, block in enumerate(self.blocks):
+            if self.config.residual_scalars:
+                x = self.resid_scalars[i] * x + self.x0_scalars[i] * x0
             x = block(x, cos, sin, mask)  # [B, T, C]
         return self.norm_f(x)  # [B, T, C]
 

@@ -6,9 +6,9 @@ renaming plus two splits: `qkv` -> q/k/v_proj and `gate_up` -> gate/up_proj. The
 are loaded into a real `LlamaForCausalLM` with strict key checking before they are saved,
 so a mapping that misses a tensor fails here, not in the user's code.
 
-What transformers cannot express is refused or said: a model trained with model.qk_norm or
-model.mlp=relu2 is refused in one line (`not_llama`; Llama has neither; model.zero_init_proj
-is an init only and exports as usual); packlm's dropout on residual branches
+What transformers cannot express is refused or said: a model trained with model.qk_norm,
+mlp=relu2, logit_softcap or residual_scalars is refused in one line (`not_llama`; Llama has
+none of them; model.zero_init_proj is an init only and exports as usual); packlm's dropout on residual branches
 (only matters when training; Llama has attention dropout only) is dropped with the model
 config recorded, and packed rows need packlm's block-diagonal mask (in transformers, run
 one document per row, or pass an attention_mask).
@@ -130,7 +130,9 @@ def tokenizer_config(tokenizer, model: ModelConfig) -> dict[str, Any]:
 def not_llama(model: ModelConfig) -> list[str]:
     """The model options LlamaForCausalLM cannot express, as `key=value`."""
     refused = [f"model.mlp={model.mlp}"] if model.mlp != "swiglu" else []
-    return refused + (["model.qk_norm=true"] if model.qk_norm else [])
+    refused += ["model.qk_norm=true"] if model.qk_norm else []
+    refused += [f"model.logit_softcap={model.logit_softcap}"] if model.logit_softcap else []
+    return refused + (["model.residual_scalars=true"] if model.residual_scalars else [])
 
 
 def export_hf(weights: dict[str, torch.Tensor], model: ModelConfig, tokenizer, out: Path) -> None:
