@@ -39,6 +39,17 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"error: {bounded(message)} (see {self.prog} --help)\n")
 
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        """Refuse an argument holding a URL with a credential (`--cache-dir https://u:p@h`),
+        masked, before anything reads it or quotes it back in an error line."""
+        from packlm.config.credentials import check_arguments  # it imports this module
+
+        try:
+            check_arguments(sys.argv[1:] if args is None else list(args))
+        except ConfigError as e:
+            self.exit(2, f"error: {bounded(str(e))}\n")
+        return super().parse_known_args(args, namespace)
+
 
 def write_error(e: OSError, what: str, elsewhere: str, then: str = "") -> OSError:
     """The one wording of a failed write: `cannot write <what>: <reason>`, and on a full disk

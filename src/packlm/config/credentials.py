@@ -100,3 +100,18 @@ def check_config(values: Any) -> None:
     URL with a credential."""
     for key, text in strings(values):
         check_text(key, text)
+
+
+def check_arguments(argv: list[str]) -> None:
+    """ConfigError naming the argument (`--cache-dir`, `out=`, or its position) whose URL holds
+    a credential: for the tools that take paths on their command line (cache, compare, trace),
+    which would otherwise echo it in a line such as "<path>: no such directory"."""
+    for i, arg in enumerate(map(str, argv)):
+        flag, sep, _ = arg.partition("=")
+        if sep and "://" not in flag:
+            key = flag
+        elif i and argv[i - 1].startswith("-"):
+            key = argv[i - 1]
+        else:
+            key = f"argument {i + 1}"
+        check_text(key, arg)

@@ -118,6 +118,9 @@ KEYS = {"step": 0, "epoch": 0, "batch": 0, "rank": 0, "world": 1}
 def arguments(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
     """({key: int, "json": bool}, paths) of the command line; ConfigError naming a wrong one
     (an unknown key with the closest one, a value that is not an integer or is too small)."""
+    from packlm.config.credentials import check_arguments
+
+    check_arguments(argv)  # a URL's credential is refused masked, never echoed in an error
     opts: dict[str, Any] = {}
     paths = []
     for a in argv:
