@@ -14,6 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
@@ -45,6 +46,43 @@ def check_fresh_folder(run_dir: Path) -> None:
         f"`python train.py ckpt_path={found[0]}`, give the new run another folder "
         "(hydra.run.dir=...), or replace that run with overwrite_run=true"
     )
+
+
+PACKLM_SECTIONS = {"model", "data", "tokenizer", "trainer"}
+"""The top-level keys of every config packlm's train.py records in <run>/.hydra/config.yaml."""
+
+
+def trained_here(run_dir: Path) -> bool:
+    """Did packlm train in `run_dir`? Every run holds `<run>/.run.lock` (kept, emptied, when
+    it ends); every run from Hydra records a .hydra/config.yaml with packlm's sections."""
+    run_dir = Path(run_dir)
+    if (run_dir / LOCK_NAME).is_file():
+        return True
+    try:
+        config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(config, dict) and config.keys() >= PACKLM_SECTIONS
+
+
+def check_not_foreign(run_dir: Path) -> None:
+    """RunFolderTaken when a fresh run would replace files in `run_dir` that packlm did not
+    write (checkpoints, TensorBoard or CSV logs, a .hydra/ of another program: a home
+    directory, `hydra.run.dir=.` in another project): overwrite_run replaces only a run
+    packlm trained there, never another tool's files. Call it before this run's lock exists."""
+    from packlm.runtime.run_records import old_run_files  # it imports this module
+
+    run_dir = Path(run_dir)
+    if trained_here(run_dir):
+        return
+    found = sorted({str(p.relative_to(run_dir)) for p in old_run_files(run_dir)})
+    if found:
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise RunFolderTaken(
+            f"{run_dir} holds files packlm did not write ({shown}; no packlm run trained "
+            "there): a new run would replace them, and overwrite_run=true replaces only a "
+            "packlm run; give the new run another folder (hydra.run.dir=...)"
+        )
 
 
 def in_use_message(run_dir: Path, owner: dict) -> str:
@@ -104,6 +142,8 @@ class WritableRunDir(Callback):
         if writes_config and rank == "0":  # ranks > 0 run in rank 0's held folder by design
             with one_line_errors(RunLocked, RunFolderTaken):  # before the write probe: a
                 check_not_in_use(Path(config.hydra.run.dir))  # refusal touches nothing
+                if not config.get("ckpt_path"):
+                    check_not_foreign(Path(config.hydra.run.dir))
                 if not config.get("ckpt_path") and not config.get("overwrite_run"):
                     check_fresh_folder(Path(config.hydra.run.dir))
         self._check(config.hydra.run.dir, "the run directory (hydra.run.dir)")

@@ -176,9 +176,7 @@ def _remove_old_run(run_dir: Path, records: bool) -> None:
     with `records` its .hydra/, which this run's replaces), file by file: a folder of the
     user's that shares a name (`tb/`, `csv/`) keeps everything else. Without Hydra (train(cfg)
     from Python) a .hydra/ there is the caller's."""
-    old = [run_dir / RECORDS] if records and (run_dir / RECORDS).is_dir() else []
-    for part, patterns in OLD_RUN_FILES.items():
-        old += [p for pattern in patterns for p in (run_dir / part).glob(pattern) if p.is_file()]
+    old = old_run_files(run_dir, records)
     if not old:
         return
     log.info("%s: the new run replaces what an earlier run left there (%s)", run_dir,
@@ -189,6 +187,15 @@ def _remove_old_run(run_dir: Path, records: bool) -> None:
         for folder in sorted((run_dir / part).glob("**/"), key=lambda p: -len(p.parts)):
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def old_run_files(run_dir: Path, records: bool = True) -> list[Path]:
+    """What a fresh run in `run_dir` replaces: an earlier run's checkpoints, TensorBoard and
+    CSV files, and with `records` its .hydra/."""
+    old = [run_dir / RECORDS] if records and (run_dir / RECORDS).is_dir() else []
+    for part, patterns in OLD_RUN_FILES.items():
+        old += [p for pattern in patterns for p in (run_dir / part).glob(pattern) if p.is_file()]
+    return old
 
 
 def _remove_dead_pending(run_dir: Path) -> None:

@@ -37,7 +37,12 @@ from packlm.data.datamodule import PackedDataModule
 from packlm.data.store.sources import SourceError
 from packlm.data.store.token_store import StoreError
 from packlm.errors import ConfigError, one_line_errors
-from packlm.runtime.run_folder import RunFolderTaken, check_fresh_folder, check_writable
+from packlm.runtime.run_folder import (
+    RunFolderTaken,
+    check_fresh_folder,
+    check_not_foreign,
+    check_writable,
+)
 from packlm.runtime.run_records import commit, discard_pending
 from packlm.train.allocator import keep_freed_memory
 from packlm.train.compose import compose, model_vocab
@@ -85,6 +90,8 @@ def train(
     check_writable(run_dir, "the run directory (hydra.run.dir)")
     check_writable(Path(cfg.cache_dir), "cache_dir")
     owns_folder = rank_zero_only.rank == 0  # DDP: rank 0 holds the run folder for all ranks
+    if owns_folder and not cfg.ckpt_path:  # before this run's lock marks the folder packlm's
+        check_not_foreign(run_dir)
     with run_lock(run_dir) if owns_folder else contextlib.nullcontext():
         if owns_folder and not cfg.ckpt_path and not cfg.get("overwrite_run"):
             check_fresh_folder(run_dir)  # under the lock: no fresh run slips in between
