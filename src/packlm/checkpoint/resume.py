@@ -108,17 +108,41 @@ def changed_settings(checkpoint: dict[str, Any], config: Validated) -> list[str]
 
 
 def check_init_from(
-    path: Any, checkpoint: dict[str, Any], model: ModelConfig, tokenizer: Any
-) -> None:
-    """init_from needs the same model shape and the same tokenizer (the same ids)."""
+    path: Any, checkpoint: dict[str, Any], model: ModelConfig, tokenizer: Any,
+    cache_dir: Any = None,
+) -> None:  # fmt: skip
+    """init_from needs the same model shape and the same tokenizer (the same ids). Another
+    tokenizer: the error names the checkpoint's, saved under `cache_dir` for tokenizer.path
+    (and says when it lacks the chat tokens the run's conversations need)."""
     if "state_dict" not in checkpoint:
         raise ConfigError(f"init_from={path}: not a packlm training checkpoint (no state_dict)")
     check_model_shape(path, checkpoint, model, key="init_from")
     from packlm.checkpoint.contents import tokenizer_from_checkpoint
 
-    if tokenizer_from_checkpoint(checkpoint).digest() != tokenizer.digest():
+    saved = tokenizer_from_checkpoint(checkpoint)
+    if saved.digest() == tokenizer.digest():
+        return
+    if cache_dir is None:
         raise ConfigError(
             f"init_from={path}: the checkpoint was trained with another tokenizer; give its "
             "tokenizer with tokenizer.path=<dir> (Tokenizer.save of the checkpoint's) and the same "
             "special tokens"
         )
+    from packlm.checkpoint.load import tokenizer_config_of
+    from packlm.tokenizer.chat import CHAT_TOKENS, ChatFormat, ChatTokenError
+
+    if all(t in tokenizer.special_token_ids for t in CHAT_TOKENS):  # the run has conversations
+        try:
+            ChatFormat.of(saved)
+        except ChatTokenError:
+            raise ConfigError(
+                f"init_from={path}: the checkpoint's tokenizer has no {' / '.join(CHAT_TOKENS)}, "
+                "which conversations are rendered with: pretrain with them as special tokens "
+                "('tokenizer.special_tokens=[\"<|endoftext|>\",\"<|pad|>\",\"<|im_start|>\","
+                "\"<|im_end|>\"]', docs/conversations.md), then fine-tune from that checkpoint"
+            ) from None
+    where = tokenizer_config_of(saved, cache_dir).path
+    raise ConfigError(
+        f"init_from={path}: the checkpoint was trained with another tokenizer; add "
+        f"tokenizer.path={where} (the checkpoint's tokenizer, saved there) to use its ids"
+    )

@@ -109,6 +109,8 @@ def _fit(
     """The run itself, in its locked folder: data, model, fit, the final validation."""
     if config.train.keep_freed_memory:
         keep_freed_memory()
+    if config.train.cpu_threads is not None:  # before any torch work of the run
+        torch.set_num_threads(config.train.cpu_threads)
     quiet_lightning_noise()
     quiet_lightning_leaf_spec()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -130,7 +132,7 @@ def _fit(
         resume_step = (int(checkpoint.get("global_step", 0)), int(seen))
         del checkpoint
     if init is not None:
-        check_init_from(cfg.init_from, init, model_config, datamodule.tokenizer)
+        check_init_from(cfg.init_from, init, model_config, datamodule.tokenizer, cfg.cache_dir)
     if rank_zero_only.rank == 0:  # accepted: the run's record, an earlier run's files gone
         commit(run_dir, cfg, None if resume_step is None else resume_step[0])
     run = compose(cfg, config, run_dir, datamodule, model_config, resume_step, callbacks)
