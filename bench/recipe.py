@@ -120,7 +120,8 @@ def main() -> None:
     for repeat in range(args.repeats):
         for name in args.names:
             load_before = os.getloadavg()[0]
-            result = run(f"{args.corpus}-{name}-{repeat}", OPTIONS[name], settings)
+            label = args.corpus if args.corpus in CORPORA else "corpus"  # a folder name
+            result = run(f"{label}-{name}-{repeat}", OPTIONS[name], settings)
             loads = {"load_before": round(load_before, 2), "load_after": os.getloadavg()[0]}
             loads["omp_threads"] = threads
             print(json.dumps({"option": name, "repeat": repeat, **result, **loads}), flush=True)
