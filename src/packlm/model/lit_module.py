@@ -27,7 +27,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
-from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_warn
+from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from packlm.batch import IGNORE_INDEX
@@ -241,6 +241,12 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
         native = o.muon_ns_dtype == "bfloat16" or (
             o.muon_ns_dtype == "auto" and bf16_native(self.device)
         )
+        if o.muon_ns_dtype != "auto":
+            reason = f"optim.muon_ns_dtype={o.muon_ns_dtype}"
+        else:
+            reason = f"bf16 matmuls {'native' if native else 'emulated'} on this {self.device.type}"
+        precision = "bfloat16 (torch.optim.Muon)" if native else "float32"
+        rank_zero_info(f"optim=muon: Newton-Schulz in {precision} ({reason})")
         return MuonAdamW(
             self.param_groups(),
             betas=o.betas,
