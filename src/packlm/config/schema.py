@@ -11,7 +11,6 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,6 +26,7 @@ from packlm.config.model import ModelConfig, OptimConfig
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.config.trainer import SIGNATURE_CHECKS, TrainerConfig, TrainerSchema
 from packlm.errors import ConfigError
+from packlm.runtime.run_records import pending_subdir
 
 # conf/ at the top of the project (src/packlm/config/schema.py -> ../../../conf); PACKLM_CONFIG_DIR overrides.
 CONFIG_DIR = str(
@@ -135,6 +135,10 @@ class PackLMConfig:
     init_from: str | None = None
     """Start a new run from this checkpoint's weights only (new optimizer, schedule, data
     position), like nanoGPT's init_from; the tokenizer must be the checkpoint's."""
+    overwrite_run: bool = False
+    """Let a fresh run replace the run in its folder (hydra.run.dir reused, the same command
+    typed twice): its checkpoints, TensorBoard and CSV logs and .hydra/ records are deleted
+    once the new run is accepted. false: refused in one line naming the resume command."""
     optimized_metric: str = "val/bpb"
     """What `main` returns to a sweeper (val/bpb compares windows and tokenizers)."""
     logger: Any = None
@@ -167,10 +171,11 @@ def _run_dir(ckpt_path: str | None, fresh: str) -> str:
     return str(parent.parent if parent.name == "checkpoints" else parent)
 
 
-def _output_subdir(ckpt_path: str | None) -> str:
-    """Where Hydra writes the composed config: a resume keeps the first run's .hydra/ and adds
-    .hydra/resume-<time>/."""
-    return f".hydra/resume-{datetime.now():%Y-%m-%d_%H-%M-%S}" if ckpt_path else ".hydra"
+def _output_subdir(ckpt_path: str | None = None) -> str | None:
+    """Where Hydra writes the composed config: a pending folder, which train() makes the run's
+    .hydra/ (a fresh run) or .hydra/resume-<time>/ (a resume) only once the run is accepted
+    (packlm.runtime.run_records), so a refused command leaves no record a later one reads."""
+    return pending_subdir()
 
 
 SWEEP_SYNTAX = re.compile(r"^[^=]+=(?![\[{'\"])(?:.*,.*|(?:range|choice|interval|glob)\(.*)$")
