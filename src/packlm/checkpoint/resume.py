@@ -1,7 +1,7 @@
 """Checks on `ckpt_path` and `init_from` made before any work starts, so a wrong resume
 fails in seconds, and the list of settings a resume applies.
 
-What a resume does with each setting that differs from the checkpoint's (README, resume):
+What a resume does with each setting that differs from the checkpoint's (docs/training.md, resume):
 - refused, naming the key: the data plan (`data.*` keys of the plan, the store), the model
   shape, the tokenizer (vocab_size), the rank count. Start a new run from the weights with
   `init_from=<ckpt>` instead.

@@ -2,7 +2,7 @@
 
 Each group (`data`, `tokenizer`, `model`, `optim`, `trainer`, `train`) is a dataclass whose
 fields are its keys, with their defaults and attribute docstrings written once there: the
-Hydra schema, the conf/ presets and README's configuration table all derive from them.
+Hydra schema, the conf/ presets and docs/configuration.md's table all derive from them.
 `from_mapping` turns a Hydra node, a dict or None into the validated dataclass; a key the
 group does not have is an error naming it and the allowed ones.
 """

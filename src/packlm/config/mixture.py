@@ -118,6 +118,11 @@ def _check_sum(key: str, shares: dict[str, float]) -> None:
         raise ConfigError(f"{key}: the shares sum to {total:g}, not 1 ({listed})")
 
 
+MAX_ROWS = 2**24
+"""Rows of one batch of a mixture (16.8 M: that many windows of even 64 tokens are 8 GiB of
+input ids alone)."""
+
+
 def check_mixture(cfg: Any) -> None:
     """The mixture keys of a DataConfig, before any work (nothing to check without one)."""
     if cfg.mixture_interpolation not in INTERPOLATIONS:
@@ -127,6 +132,12 @@ def check_mixture(cfg: Any) -> None:
     if not is_mixture(cfg):
         return
     mixture_points(cfg)
+    if isinstance(cfg.batch_size, int) and cfg.batch_size > MAX_ROWS:
+        raise ConfigError(  # every row of a mixture is dealt, none clamped to a split's size
+            f"data.batch_size={cfg.batch_size}: a mixture deals every row of a batch from its "
+            f"sources, and a batch holds at most {MAX_ROWS:,} rows; lower data.batch_size "
+            "(trainer.accumulate_grad_batches adds rows to a step)"
+        )
     if cfg.curriculum is not None:
         raise ConfigError(
             "data.curriculum: not with a mixture by share (data.sources[*].share or "

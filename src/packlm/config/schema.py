@@ -131,7 +131,7 @@ class PackLMConfig:
     (the environment variable PACKLM_CACHE overrides the default)."""
     ckpt_path: str | None = None
     """Resume from this checkpoint (outputs/<date>/<time>/checkpoints/last.ckpt) into its run:
-    model, optimizer, schedule and the exact next batch (README: resume)."""
+    model, optimizer, schedule and the exact next batch (docs/training.md: resume)."""
     init_from: str | None = None
     """Start a new run from this checkpoint's weights only (new optimizer, schedule, data
     position), like nanoGPT's init_from; the tokenizer must be the checkpoint's."""
