@@ -53,6 +53,7 @@ OPTIONS = {
     "wsd": ["optim.schedule=wsd"],
     "logit_softcap": ["model.logit_softcap=15"],
     "residual_scalars": ["model.residual_scalars=true"],
+    "recipe": ["optim=muon", "optim.schedule=wsd", "model.qk_norm=true"],  # the winners together
 }
 
 
