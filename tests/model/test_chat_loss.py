@@ -3,16 +3,27 @@ no supervised target gives 0 (not NaN), and a packed conversation's logits are i
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from helpers.models import PAD, V, tiny_model
-from model.test_lit_module import T, assert_grads_equal, loader, make, reference_grads, trainer
 from packlm.batch import make_batch
 from packlm.tokenizer.chat import ChatFormat, supervised_table
+
+# the accumulation harness of test_lit_module.py, by its path: `model` alone can name
+# bench/model.py when a bench test put bench/ on sys.path first
+_spec = importlib.util.spec_from_file_location(
+    "lit_module_harness", Path(__file__).with_name("test_lit_module.py")
+)
+_harness = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_harness)
+T, assert_grads_equal, loader = _harness.T, _harness.assert_grads_equal, _harness.loader
+make, reference_grads, trainer = _harness.make, _harness.reference_grads, _harness.trainer
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no"),
