@@ -257,10 +257,9 @@ def test_prepare_data_trains_the_tokenizer_and_builds_the_stores(tmp_path):
     ]
     assert "text number" in "".join(text)
     clone = pickle.loads(pickle.dumps(dm))
-    assert clone._stores == {} and next(iter(clone.train_dataloader()))["input_ids"].shape == (
-        16,
-        16,
-    )
+    assert clone._stores == {}
+    rows, window = next(iter(clone.train_dataloader()))["input_ids"].shape
+    assert window == 16 and 0 < rows <= 16  # B rows, or the whole split when it holds fewer
 
 
 @pytest.mark.parametrize("group_by", ["source", "directory"])

@@ -35,9 +35,10 @@ def test_a_resume_given_only_ckpt_path_takes_the_runs_own_settings(
 ):
     run = tmp_path / "run"
     first = reliability_overrides(tiny_corpus, cache_dir, "trainer.max_steps=2")
-    (run / ".hydra").mkdir(parents=True)  # what Hydra saves for `python train.py <first>`
+    (run / ".hydra").mkdir(parents=True)  # what an accepted `python train.py <first>` keeps
     OmegaConf.save(OmegaConf.create(first), run / ".hydra" / "overrides.yaml")
     with initialize_config_dir(CONFIG_DIR, version_base=None):
+        OmegaConf.save(compose("config", overrides=first), run / ".hydra" / "config.yaml")
         train(compose("config", overrides=first), run_dir=run)
         last = run / "checkpoints" / "last.ckpt"
         given = [f"ckpt_path={last}", "trainer.max_steps=4"]

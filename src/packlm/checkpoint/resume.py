@@ -138,8 +138,8 @@ def check_init_from(
             raise ConfigError(
                 f"init_from={path}: the checkpoint's tokenizer has no {' / '.join(CHAT_TOKENS)}, "
                 "which conversations are rendered with: pretrain with them as special tokens "
-                "('tokenizer.special_tokens=[\"<|endoftext|>\",\"<|pad|>\",\"<|im_start|>\","
-                "\"<|im_end|>\"]', docs/conversations.md), then fine-tune from that checkpoint"
+                '(\'tokenizer.special_tokens=["<|endoftext|>","<|pad|>","<|im_start|>",'
+                '"<|im_end|>"]\', docs/conversations.md), then fine-tune from that checkpoint'
             ) from None
     where = tokenizer_config_of(saved, cache_dir).path
     raise ConfigError(

@@ -144,9 +144,7 @@ def prepare_stores(
             continue
         header = StoreHeader(fingerprint, eos_id, pad_id)
         workers = _workers(num_workers, part.total_bytes)
-        stores.append(
-            _open_or_build(part, tok, header, dest, workers, progress, chat, overflow)
-        )
+        stores.append(_open_or_build(part, tok, header, dest, workers, progress, chat, overflow))
     if missing:
         raise StoreError(_missing_shards(data, missing, cache_dir))
     for train, _ in stores:

@@ -95,9 +95,11 @@ class StoreUnion(TokenStore):
         self.doc_sources = ConcatArray([p.doc_sources for p in parts])  # type: ignore[assignment]
         self.roles = None  # type: ignore[assignment]
         if any(p.roles is not None for p in parts):  # a plain-text shard's codes are 0
-            self.roles = ConcatArray([  # type: ignore[assignment]
-                np.zeros(p.n_tokens, np.uint8) if p.roles is None else p.roles for p in parts
-            ])
+            self.roles = ConcatArray(
+                [  # type: ignore[assignment]
+                    np.zeros(p.n_tokens, np.uint8) if p.roles is None else p.roles for p in parts
+                ]
+            )
         self._doc_bases = np.cumsum([0] + [p.n_docs for p in parts])  # [n_parts + 1]
         self._doc_ids = None
 
