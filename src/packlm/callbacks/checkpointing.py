@@ -34,6 +34,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from packlm.checkpoint.last import LAST, TrainingDiverged, nonfinite_weight
 from packlm.errors import write_error
+from packlm.runtime.lock_files import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -104,18 +105,8 @@ def _remove_stale_temporaries(path: Path) -> None:
     """Delete `.<name>.tmp-<pid>` files of processes that no longer exist (killed mid-write)."""
     for leftover in path.parent.glob(f".{path.name}.tmp-*"):
         pid = leftover.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             leftover.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fsync_dir(directory: Path) -> None:

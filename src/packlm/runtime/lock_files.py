@@ -26,6 +26,17 @@ def process_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+def pid_alive(pid: int) -> bool:
+    """Is process `pid` of this host alive (a pid we may not signal is someone's: alive)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def owner_alive(owner: dict) -> bool | None:
     """Is the process recorded in a lock file alive? None when it cannot be told (another host)."""
     if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):

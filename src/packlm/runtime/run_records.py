@@ -35,6 +35,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from packlm.runtime.lock_files import pid_alive
 from packlm.runtime.run_folder import RANK_VARIABLES
 
 log = logging.getLogger(__name__)
@@ -202,18 +203,8 @@ def _remove_dead_pending(run_dir: Path) -> None:
     """Pending records of commands killed before they were accepted (their pid is gone)."""
     for path in run_dir.glob(f"{PENDING_PREFIX}*"):
         pid = path.name[len(PENDING_PREFIX) :]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def discard_pending() -> None:

@@ -38,11 +38,8 @@ from packlm.data.store.sources.document import (
     SourceError,
 )
 from packlm.data.store.sources.text import (
-    NOT_JSON_LINES,
-    _lines,
     check_surrogates,
-    decode,
-    is_binary,
+    json_lines,
 )
 from packlm.tokenizer.chat import ROLES, Turn, render_text
 
@@ -215,22 +212,11 @@ def conversation_lines(
 ) -> Iterator[Document]:  # fmt: skip
     """One conversation per JSON line, ids ending in the line number (in the whole file
     where `f` reads a `piece` of it); a line that is not JSON is a bad record."""
-    offset = piece.offset
-    for line_no, raw in enumerate(_lines(f, path), start=piece.records + 1):
-        where = f"{path}:{line_no}"
-        line_offset, offset = offset, offset + len(raw)
-        if not raw.strip() or is_binary(raw, path, line_offset, explicit, counts):
-            continue
-        line = decode(raw, where, line_offset, options.encoding_errors, counts)
-        if line is None:
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            if line_no == 1 and (line.strip() == "{" or line.lstrip().startswith("[")):
-                raise SourceError(f"{path}: {NOT_JSON_LINES}") from e
-            count_bad(counts, where, BadRecord("invalid_json", f"{e.msg} at column {e.colno}"))
-            continue
+
+    def invalid(where: str, e: json.JSONDecodeError) -> None:
+        count_bad(counts, where, BadRecord("invalid_json", f"{e.msg} at column {e.colno}"))
+
+    for line_no, where, record in json_lines(f, path, options, counts, explicit, piece, invalid):
         doc = conversation_document(record, where, f"{prefix}:{line_no}", index, form, options,
                                     counts)  # fmt: skip
         if doc is not None:

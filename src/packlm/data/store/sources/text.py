@@ -60,13 +60,14 @@ def text_documents(
             yield Document(text, f"{prefix}:{k}", index)
 
 
-def jsonl_documents(
-    f: BinaryIO, path: Path, prefix: str, index: int, options: ReadOptions, counts: ReadCounts,
-    explicit: bool = True, piece: Piece = WHOLE,
-) -> Iterator[Document]:  # fmt: skip
-    """One document per JSON record (`data.text_field`), ids ending in the line number (in
-    the whole file where `f` reads a `piece` of it)."""
-    field_name = options.text_field
+def json_lines(
+    f: BinaryIO, path: Path, options: ReadOptions, counts: ReadCounts, explicit: bool = True,
+    piece: Piece = WHOLE, bad: Callable[[str, json.JSONDecodeError], None] | None = None,
+) -> Iterator[tuple[int, str, Any]]:  # fmt: skip
+    """(line number, `path:line`, parsed record) of each JSON line that reads as text (blank,
+    binary and undecodable lines counted and passed over). A line that is not JSON goes to
+    `bad(where, error)` (None: an error), but a first line opening one JSON document over
+    many lines is always the error that the file is not JSON lines."""
     offset = piece.offset
     for line_no, raw in enumerate(_lines(f, path), start=piece.records + 1):
         where = f"{path}:{line_no}"
@@ -80,9 +81,22 @@ def jsonl_documents(
             record = json.loads(line)
         except json.JSONDecodeError as e:
             if line_no == 1 and (line.strip() == "{" or line.lstrip().startswith("[")):
-                # one JSON document over many lines, not one record per line
                 raise SourceError(f"{path}: {NOT_JSON_LINES}") from e
-            raise SourceError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from e
+            if bad is None:
+                raise SourceError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from e
+            bad(where, e)
+            continue
+        yield line_no, where, record
+
+
+def jsonl_documents(
+    f: BinaryIO, path: Path, prefix: str, index: int, options: ReadOptions, counts: ReadCounts,
+    explicit: bool = True, piece: Piece = WHOLE,
+) -> Iterator[Document]:  # fmt: skip
+    """One document per JSON record (`data.text_field`), ids ending in the line number (in
+    the whole file where `f` reads a `piece` of it)."""
+    field_name = options.text_field
+    for line_no, where, record in json_lines(f, path, options, counts, explicit, piece):
         if isinstance(record, list) and line_no == 1:  # a whole file that is one array
             raise SourceError(f"{where}: a JSON array; {NOT_JSON_LINES}")
         if not isinstance(record, dict):
