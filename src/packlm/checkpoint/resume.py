@@ -23,8 +23,9 @@ from packlm.config.schema import Validated
 from packlm.data.epoch.loader import PLAN_KEYS, check_plan_signature
 from packlm.errors import ConfigError
 
-NOT_SHAPE = ("compile", "attention", "dropout")
-"""Model keys that change how the model runs, not its weights: a resume may change them."""
+NOT_SHAPE = ("compile", "attention", "dropout", "zero_init_proj")
+"""Model keys that change how the model runs or how fresh weights start, not the weights a
+checkpoint holds: a resume or init_from may change them."""
 INIT_FROM_HINT = " To start a new run from these weights instead, give init_from=<ckpt>."
 
 
