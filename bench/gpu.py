@@ -7,9 +7,13 @@ Without a CUDA GPU it says so and runs the same code paths at a tiny size on the
 numbers mean nothing there; tests/app/test_bench_gpu.py runs it), so the command a GPU user
 types has run before.
 
-The training step (forward + backward + AdamW, fixed packed batches of many documents per
+The training step (forward + backward + optimizer, fixed packed batches of many documents per
 row, mean length DOC_TOKENS) of packlm's Transformer, for each T, attention path and
-torch.compile off / on, in bf16-mixed (autocast; `--precision 32-true` for float32):
+torch.compile off / on, in bf16-mixed (autocast; `--precision 32-true` for float32), with
+AdamW, and with optim=muon on the FlexAttention path (packlm.model.muon.MuonAdamW over the
+param groups training uses: Muon's Newton-Schulz steps on every hidden matrix, in bf16 where
+bf16 is native as `optim.muon_ns_dtype=auto` chooses; the MFU counts the model's FLOPs only,
+so Muon's cost shows as a lower MFU at the same model):
 - sdpa: SDPA with the additive [B, 1, T, T] block-diagonal mask, built once per step;
 - flex: FlexAttention with a BlockMask from the segment ids (model.attention=auto on CUDA).
 Before timing, the flex and sdpa models' logits on one batch must agree (same weights).
@@ -41,8 +45,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from packlm.config.model import ModelConfig
+from packlm.config.model import ModelConfig, OptimConfig
+from packlm.model.lit_module import LitCausalLM
 from packlm.model.loss import attention_pairs
+from packlm.model.muon import MuonAdamW, bf16_native
 from packlm.model.transformer import Transformer, positions_from_segments
 
 GPT2_124M = dict(vocab_size=50304, n_layer=12, n_head=12, n_embd=768, tie_embeddings=True)
@@ -97,16 +103,32 @@ def peak_flops(device: torch.device, override: float | None) -> float | None:
     return next((tf * 1e12 for key, tf in PEAK_BF16_TFLOPS if key in name), None)
 
 
-class TrainStep:
-    """One model + AdamW on fixed packed batches: attention path, compile and precision set."""
+def optimizer(model: Transformer, algorithm: str, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW over every weight, or training's optim=muon: MuonAdamW over the param groups
+    LitCausalLM gives the optimizer (hidden matrices Muon's, the rest AdamW's)."""
+    cuda = device.type == "cuda"
+    if algorithm == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
+    o = OptimConfig(algorithm="muon")
+    lit = LitCausalLM(model=model.config, optim=o)
+    lit.model = model  # the groups of this model's parameters
+    ns_dtype = torch.bfloat16 if bf16_native(device) else torch.float32  # muon_ns_dtype=auto
+    return MuonAdamW(lit.param_groups(), betas=o.betas, eps=o.eps, fused=cuda,
+                     momentum=o.muon_momentum, ns_steps=o.muon_ns_steps, ns_dtype=ns_dtype)  # fmt: skip
 
-    def __init__(self, config: ModelConfig, batches: list[dict], compile: bool, bf16: bool):
+
+class TrainStep:
+    """One model + its optimizer on fixed packed batches: attention path, compile, precision
+    and optimizer (adamw / muon) set."""
+
+    def __init__(self, config: ModelConfig, batches: list[dict], compile: bool, bf16: bool,
+                 algorithm: str = "adamw"):  # fmt: skip
         torch.manual_seed(0)
         self.device = batches[0]["input_ids"].device
         self.model = Transformer(config).to(self.device)
         self.run = torch.compile(self.model) if compile else self.model
         cuda = self.device.type == "cuda"
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=cuda)
+        self.opt = optimizer(self.model, algorithm, self.device)
         self.batches, self.i, self.bf16 = batches, 0, bf16
         # CPU FlexAttention has a forward only (torch raises on its backward): time that
         self.forward_only = config.attention == "flex" and not cuda
@@ -177,25 +199,25 @@ def shapes(gpu: bool) -> tuple[dict, dict[int, int], int, int]:
 
 
 def contender(args, device: torch.device) -> None:
-    """`--contender T,attention,compile`: one row, measured in a fresh process (its own peak
-    memory and compile caches; a crash or OOM loses that row only), printed for the parent."""
-    T, attention, compile = args.contender.split(",")
+    """`--contender T,attention,compile,optim`: one row, measured in a fresh process (its own
+    peak memory and compile caches; a crash or OOM loses that row only), printed for the parent."""
+    T, attention, compile, algorithm = args.contender.split(",")
     base, sizes, warmup, n = shapes(device.type == "cuda")
     T = int(T)
     batches = packed_batches(sizes[T], T, base["vocab_size"], 4, device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     cfg = ModelConfig(**base, context_length=T, attention=attention)
-    step = TrainStep(cfg, batches, compile == "on", args.precision == "bf16-mixed")
+    step = TrainStep(cfg, batches, compile == "on", args.precision == "bf16-mixed", algorithm)
     with eager_flex_quiet() if device.type == "cpu" else nullcontext():
         seconds, peak_bytes = measure(step, warmup, n, args.repeats)
     print("RESULT " + json.dumps({"seconds": seconds, "peak_bytes": peak_bytes}))
 
 
-def run_contender(args, T: int, attention: str, compile: str) -> dict | str:
+def run_contender(args, T: int, attention: str, compile: str, algorithm: str) -> dict | str:
     """The measurement of one row from its own process, or why it failed (one line)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--contender",
-           f"{T},{attention},{compile}", "--repeats", str(args.repeats),
+           f"{T},{attention},{compile},{algorithm}", "--repeats", str(args.repeats),
            "--precision", args.precision]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     found = re.search(r"^RESULT (.*)$", out.stdout, re.M)
@@ -207,7 +229,8 @@ def run_contender(args, T: int, attention: str, compile: str) -> dict | str:
 
 
 def model_rows(args, device: torch.device) -> None:
-    """The table of item 5: each T x attention path x compile, each in its own process."""
+    """The table: each T x attention path x compile with AdamW, and flex x compile with Muon,
+    each in its own process."""
     gpu = device.type == "cuda"
     base, sizes, _, n = shapes(gpu)
     peak = peak_flops(device, args.peak_tflops)
@@ -216,8 +239,8 @@ def model_rows(args, device: torch.device) -> None:
           f"{' (CPU: tiny, numbers meaningless; FlexAttention forward only)' if not gpu else ''}")  # fmt: skip
     print(f"peak {peak / 1e12:.0f} TFLOP/s" if peak else "peak FLOP/s unknown: MFU n/a "
           "(--peak-tflops)")  # fmt: skip
-    print("\n| T | B | docs/row | useful attn | attention | compile | tokens/s | MFU | "
-          "peak MiB | ms/step |\n|---|---|---|---|---|---|---:|---:|---:|---:|")  # fmt: skip
+    print("\n| T | B | docs/row | useful attn | attention | compile | optim | tokens/s | MFU | "
+          "peak MiB | ms/step |\n|---|---|---|---|---|---|---|---:|---:|---:|---:|")  # fmt: skip
     for T, B in sizes.items():
         config = dict(base, context_length=T)
         batches = packed_batches(B, T, base["vocab_size"], 1, device)
@@ -227,10 +250,11 @@ def model_rows(args, device: torch.device) -> None:
         if gpu:
             torch.cuda.empty_cache()
         fpt = flops_per_token(meta_model(ModelConfig(**config)), T)
-        for attention in ("sdpa", "flex"):
+        rows = [("sdpa", "adamw"), ("flex", "adamw"), ("flex", "muon")]
+        for attention, algorithm in rows:
             for compile in ("off", "on") if args.compile else ("off",):
-                got = run_contender(args, T, attention, compile)
-                head = f"| {T} | {B} | {docs_per_row(T)} | {float(useful / dense):.3f} | {attention} | {compile} |"  # fmt: skip
+                got = run_contender(args, T, attention, compile, algorithm)
+                head = f"| {T} | {B} | {docs_per_row(T)} | {float(useful / dense):.3f} | {attention} | {compile} | {algorithm} |"  # fmt: skip
                 if isinstance(got, str):
                     print(f"{head} {got} | | | |")
                     continue
@@ -239,7 +263,7 @@ def model_rows(args, device: torch.device) -> None:
                 peak_bytes = got["peak_bytes"]
                 mem = f"{peak_bytes / 2**20:,.0f}" if peak_bytes is not None else "n/a"
                 print(f"{head} {tokens_s:,.0f} | {mfu} | {mem} | {got['seconds'] * 1e3:.1f} |")
-        print(f"|  T={T}: max abs(flex - sdpa) logits, float32: {diff:.2e} | | | | | | | | | |")
+        print(f"|  T={T}: max abs(flex - sdpa) logits, float32: {diff:.2e} | | | | | | | | | | |")
 
 
 def meta_model(cfg: ModelConfig) -> Transformer:

@@ -38,9 +38,10 @@ def test_without_a_gpu_every_path_runs_tiny_and_says_no_gpu_was_found():
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "No CUDA GPU found" in result.stdout
     rows = table(result.stdout)
-    runs = {(r["T"], r["attention"], r["compile"]) for r in rows}
+    runs = {(r["T"], r["attention"], r["optim"], r["compile"]) for r in rows}
     assert len({r["T"] for r in rows}) == 2  # two row lengths, as 1024 and 2048 on a GPU
-    assert runs == {(T, a, c) for T in {r["T"] for r in rows} for a in ("sdpa", "flex")
+    kinds = (("sdpa", "adamw"), ("flex", "adamw"), ("flex", "muon"))
+    assert runs == {(T, a, o, c) for T in {r["T"] for r in rows} for a, o in kinds
                     for c in ("off", "on")}  # fmt: skip
     for row in rows:
         if (row["attention"], row["compile"]) == ("flex", "on") and "failed" in row["tokens/s"]:
@@ -48,7 +49,7 @@ def test_without_a_gpu_every_path_runs_tiny_and_says_no_gpu_was_found():
         assert float(row["tokens/s"].replace(",", "")) > 0, row
         assert int(row["docs/row"]) >= 2 and 0 < float(row["useful attn"]) < 1, row
         assert row["MFU"] == "n/a" and row["peak MiB"] == "n/a", row  # no GPU peak or memory
-    assert sum("failed" not in row["tokens/s"] for row in rows) >= 6  # all but compiled flex
+    assert sum("failed" not in row["tokens/s"] for row in rows) >= 8  # all but compiled flex
     diffs = re.findall(r"max abs\(flex - sdpa\) logits, float32: ([-+.e0-9]+)", result.stdout)
     assert len(diffs) == 2 and all(float(d) < 1e-4 for d in diffs)
 
@@ -83,3 +84,28 @@ def test_strategies_dry_run_trains_ddp_through_train_py_and_says_fsdp_needs_cuda
     ).groups()
     assert float(rate.replace(",", "")) > 0 and 0 < float(loss) < 20
     assert "fsdp: needs CUDA" in result.stdout
+
+
+def test_the_muon_rows_step_muon_on_the_hidden_matrices_as_training_does():
+    """optim=muon's row: MuonAdamW over LitCausalLM's groups (hidden matrices Muon's, the
+    embedding, head and vectors AdamW's), and a step moves every trained weight."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import gpu
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    from packlm.config.model import ModelConfig
+    from packlm.model.muon import MuonAdamW
+
+    T = 32
+    batches = gpu.packed_batches(2, T, gpu.TINY["vocab_size"], 1, torch.device("cpu"))
+    step = gpu.TrainStep(ModelConfig(**gpu.TINY, context_length=T), batches, False, False, "muon")
+    assert isinstance(step.opt, MuonAdamW)
+    muon = [p for g in step.opt.param_groups if g["muon"] for p in g["params"]]
+    hidden = [p for n, p in step.model.named_parameters() if p.dim() == 2 and "wte" not in n
+              and "lm_head" not in n]  # fmt: skip
+    assert {id(p) for p in muon} == {id(p) for p in hidden} and hidden
+    before = [p.detach().clone() for p in step.model.parameters()]
+    step()
+    moved = [not torch.equal(a, p) for a, p in zip(before, step.model.parameters(), strict=True)]
+    assert all(moved)
