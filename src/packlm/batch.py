@@ -112,15 +112,25 @@ def drop_unsupervised(lab: np.ndarray, supervised: np.ndarray | None) -> np.ndar
     return lab
 
 
-def piece_targets(row: np.ndarray, length: np.ndarray, rows: int, packing: str) -> np.ndarray:
+def piece_targets(
+    row: np.ndarray, length: np.ndarray, rows: int, packing: str,
+    allowed: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:  # fmt: skip
     """int64 [rows]: the targets `labels` gives each row, from its document pieces alone
-    (row index and tokens read of each piece), without reading a token: a piece of n tokens
-    has n-1 targets (one segment: no target across it); in `stream` packing a row is one
-    segment, so a row that read R tokens has R-1."""
-    if packing == "stream":
-        read = np.bincount(row, weights=length, minlength=rows)
-        return np.maximum(read - 1, 0).astype(np.int64)
-    return np.bincount(row, weights=length - 1, minlength=rows).astype(np.int64)
+    (row index and tokens read of each piece, rows in order), without reading a token: a
+    piece is one segment, so its first token is never a target; in `stream` packing a row is
+    one segment, so only the row's first token is not. `allowed` (a conversation store's,
+    `packlm.data.epoch.chat_mask.ChatMask.allowed`): (int64 [p] tokens of each piece that
+    may be a target, bool [p] may its first token be one), as `drop_unsupervised` keeps
+    them; None: every token may (a piece of n tokens has n-1 targets, a stream row R-1)."""
+    if allowed is None:
+        count, lead = length, np.ones(len(row), dtype=bool)
+    else:
+        count, lead = allowed
+    if packing == "stream":  # only a row's first piece starts a segment
+        lead = lead & np.r_[True, row[1:] != row[:-1]] if len(row) else lead
+    per_piece = np.asarray(count, dtype=np.int64) - lead  # [p]
+    return np.bincount(row, weights=per_piece, minlength=rows).astype(np.int64)
 
 
 def positions(segments: np.ndarray) -> np.ndarray:

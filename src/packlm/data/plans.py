@@ -28,6 +28,7 @@ from packlm.config.mixture import is_mixture, mixture_names
 from packlm.config.sources import source_weight
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.data.epoch import curriculum
+from packlm.data.epoch.chat_mask import ChatMask
 from packlm.data.epoch.mixture.allocation import Allocation
 from packlm.data.epoch.mixture.expected import MixtureRates, per_row_tokens, phase_table
 from packlm.data.epoch.mixture.streams import SourceStreams, source_config, source_plan
@@ -202,6 +203,8 @@ class EpochPlans:
                     self._doc_groups(store),
                     self._paragraph_starts(store),
                 )
+                # a store with conversations: the curriculum counts the chat mask's targets
+                plan.chat_mask = ChatMask.of(store, self.data.chat_supervised, self.data.bos)
             # keep one epoch per split (a curriculum's phases of that epoch)
             self._plans = {k: v for k, v in self._plans.items() if k[0] != split or k[1] == epoch}
             self._plans[key] = plan

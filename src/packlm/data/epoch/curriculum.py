@@ -11,6 +11,10 @@ Targets are counted from the plan's pieces exactly as collate labels them (docum
 packing: a piece of L tokens gives L-1 targets, data.bos included since the plan's lengths
 count the BOS; stream: a row of R tokens gives R-1), vectorised, ahead of time for the rest
 of the epoch: so `len()` is exact and a resume from any batch recomputes the same switches.
+In a store with conversations (`EpochPlan.chat_mask`) only the targets data.chat_supervised
+keeps are counted: their role codes are read from the store, a chunk of at most
+`ChatMask.samples_per_chunk` samples at a time (only such stores pay for it). The targets of
+data.skip_documents are counted as if trained (the switches stay where they were).
 Counting stops in the last phase, which needs no count.
 """
 
@@ -91,10 +95,20 @@ class Segment(NamedTuple):
 
 
 def sample_targets(plan: EpochPlan, positions: np.ndarray) -> np.ndarray:
-    """int64 [n]: supervised targets (`packlm.batch`'s label rule) of the samples at positions."""
+    """int64 [n]: supervised targets (`packlm.batch`'s label rule, with the plan's chat mask)
+    of the samples at positions."""
     ids = plan.sample_ids(positions)
-    row, _, _, length = plan.pieces(ids)
-    return piece_targets(row, length, len(ids), plan.packing)
+    row, doc, start, length = plan.pieces(ids)
+    mask = plan.chat_mask
+    allowed = None if mask is None else mask.allowed(doc, start, length)
+    return piece_targets(row, length, len(ids), plan.packing, allowed)
+
+
+def chunk_samples(plan: EpochPlan) -> int:
+    """Samples counted at once: CHUNK, or fewer where the roles of their tokens are read."""
+    if plan.chat_mask is None:
+        return CHUNK
+    return min(CHUNK, plan.chat_mask.samples_per_chunk(plan.window))
 
 
 def phase_batches(plan: EpochPlan, start: int, step: int, need: int) -> np.ndarray:
@@ -102,7 +116,7 @@ def phase_batches(plan: EpochPlan, start: int, step: int, need: int) -> np.ndarr
     those before which fewer than `need` targets were counted (all the rest of the epoch, or
     up to the switch)."""
     n, out, counted = plan.n_samples, [], 0
-    per_chunk = max(1, CHUNK // step)
+    per_chunk = max(1, chunk_samples(plan) // step)  # global batches (a batch at least)
     for lo in range(start, n, per_chunk * step):
         if counted >= need:
             break

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from packlm.config.data import DataConfig
+from packlm.data.epoch.chat_mask import ChatMask
 from packlm.data.epoch.indexing import index_dtype, interval_of
 from packlm.data.epoch.order import OFFSETS, SAMPLES, epoch_documents, plan_rng
 from packlm.data.epoch.packing import make_sequences, reorder_for_packing
@@ -58,6 +59,9 @@ class EpochPlan:
     snap: str = "none"  # data.snap
     # the store's paragraph starts (data.snap=paragraph, or given for the statistics); None: unknown
     paragraphs: ParagraphIndex | None = None
+    # a conversation store's role mask under data.chat_supervised (set by EpochPlans for the
+    # curriculum's counts, `packlm.data.epoch.chat_mask`); None: every token may be a target
+    chat_mask: ChatMask | None = None
 
     @property
     def n_samples(self) -> int:
