@@ -211,7 +211,8 @@ def document_batches(store, data, stride: int):
     lengths = np.diff(np.asarray(store.doc_offsets)) + int(data.bos)  # as the plan counts them
     rows = document_rows(lengths, data.window, stride, data.pack_buffer)
     bos = store.eos_id if data.bos else None
-    dataset = WindowDataset(store.path, data.window, store.pad_id, bos, documents=True)
+    mask = data.chat_supervised  # the run's chat mask, as its training and validation apply it
+    dataset = WindowDataset(store.path, data.window, store.pad_id, bos, True, mask)
     return DocumentBatches(dataset, rows, data.batch_size)
 
 

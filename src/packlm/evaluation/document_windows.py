@@ -16,7 +16,8 @@ predicted from the document's tokens before it and nothing else. With window T:
   last window aligned to the end as lm-evaluation-harness's `loglikelihood_rolling` does.
 
 A row is read by the training loader's `WindowDataset` and labelled by `packlm.batch`'s rule
-in `document` packing, so the batch is a validation batch (with `document_ids`) whose labels
+in `document` packing (a conversation's chat mask included: the dataset's
+data.chat_supervised), so the batch is a validation batch (with `document_ids`) whose labels
 before a rolling window's first new target are IGNORE_INDEX.
 """
 
@@ -110,8 +111,10 @@ class DocumentBatches:
             batch[0] -= i * self.batch_size  # rows of this batch from 0
             rows = min(self.batch_size, self.rows.n_rows - i * self.batch_size)
             samples = self.dataset[BatchPieces(rows, batch)]
-            arrays = make_batch(samples.tokens, samples.segments, "document",
-                                documents=samples.documents)  # fmt: skip
+            arrays = make_batch(
+                samples.tokens, samples.segments, "document", documents=samples.documents,
+                supervised=samples.supervised,  # the chat mask (data.chat_supervised)
+            )  # fmt: skip
             row_skip = skip[i * self.batch_size : i * self.batch_size + rows]  # [B]
             column = np.arange(arrays["labels"].shape[1])  # [T]
             arrays["labels"][column[None, :] < row_skip[:, None]] = IGNORE_INDEX

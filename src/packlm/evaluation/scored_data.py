@@ -20,9 +20,10 @@ from packlm.errors import ConfigError
 
 FROM_CHECKPOINT = (
     "window", "packing", "bos", "text_field", "separator", "encoding_errors", "normalize_newlines",
+    "chat_supervised",
 )  # fmt: skip
 """The checkpoint's keys kept when other files are scored: the model's window and packing,
-the tokens' BOS, and how a file becomes documents."""
+the tokens' BOS, how a file becomes documents, and which conversation targets trained."""
 
 
 @dataclass(frozen=True)
