@@ -117,9 +117,19 @@ def piece_targets(
     allowed: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:  # fmt: skip
     """int64 [rows]: the targets `labels` gives each row, from its document pieces alone
-    (row index and tokens read of each piece, rows in order), without reading a token: a
-    piece is one segment, so its first token is never a target; in `stream` packing a row is
-    one segment, so only the row's first token is not. `allowed` (a conversation store's,
+    (row index and tokens read of each piece, rows in order; `targets_of_pieces`)."""
+    per_piece = targets_of_pieces(row, length, packing, allowed)  # [p]
+    return np.bincount(row, weights=per_piece, minlength=rows).astype(np.int64)
+
+
+def targets_of_pieces(
+    row: np.ndarray, length: np.ndarray, packing: str,
+    allowed: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:  # fmt: skip
+    """int64 [p]: the targets `labels` gives each document piece (row index and tokens read
+    of each piece, rows in order), without reading a token: a piece is one segment, so its
+    first token is never a target; in `stream` packing a row is one segment, so only the
+    row's first token is not. `allowed` (a conversation store's,
     `packlm.data.epoch.chat_mask.ChatMask.allowed`): (int64 [p] tokens of each piece that
     may be a target, bool [p] may its first token be one), as `drop_unsupervised` keeps
     them; None: every token may (a piece of n tokens has n-1 targets, a stream row R-1)."""
@@ -129,8 +139,7 @@ def piece_targets(
         count, lead = allowed
     if packing == "stream":  # only a row's first piece starts a segment
         lead = lead & np.r_[True, row[1:] != row[:-1]] if len(row) else lead
-    per_piece = np.asarray(count, dtype=np.int64) - lead  # [p]
-    return np.bincount(row, weights=per_piece, minlength=rows).astype(np.int64)
+    return np.asarray(count, dtype=np.int64) - lead
 
 
 def positions(segments: np.ndarray) -> np.ndarray:

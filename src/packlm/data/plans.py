@@ -191,6 +191,7 @@ class EpochPlans:
             self.setup()
             if split == "val":
                 plan = build_plan(self._lengths["val"], validation_config(self.data), 0)
+                plan.chat_mask = self._chat_mask("val")
             else:
                 store = self._stores["train"]
                 cfg = curriculum.phase_config(self.data, self.phases[phase])
@@ -203,8 +204,7 @@ class EpochPlans:
                     self._doc_groups(store),
                     self._paragraph_starts(store),
                 )
-                # a store with conversations: the curriculum counts the chat mask's targets
-                plan.chat_mask = ChatMask.of(store, self.data.chat_supervised, self.data.bos)
+                plan.chat_mask = self._chat_mask("train")
             # keep one epoch per split (a curriculum's phases of that epoch)
             self._plans = {k: v for k, v in self._plans.items() if k[0] != split or k[1] == epoch}
             self._plans[key] = plan
@@ -230,10 +230,18 @@ class EpochPlans:
             paragraphs = self._paragraph_index
         if source not in self._source_configs:
             self._source_configs[source] = source_config(self.data, source)
-        return source_plan(
+        plan = source_plan(
             self._lengths["train"], self._source_configs[source], pass_, self._lengths[key],
             self._doc_groups(store), paragraphs,
         )  # fmt: skip
+        plan.chat_mask = self._chat_mask("train")
+        return plan
+
+    def _chat_mask(self, split: str) -> ChatMask | None:
+        """A split's store with conversations: its role mask under data.chat_supervised, so
+        the curriculum and the plan statistics count the labels the loader gives (None:
+        plain text, every target counts)."""
+        return ChatMask.of(self._stores[split], self.data.chat_supervised, self.data.bos)
 
     def streams(self, rows: int, accumulate: int = 1) -> SourceStreams:
         """The mixture's per-source streams, dealt in global batches of `rows` rows (all

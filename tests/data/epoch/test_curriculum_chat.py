@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers.chat_stores import chat_documents, write_chat_store
 from helpers.plans import PAD, config, position_store, write_position_store
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.epoch import chat_mask as chat_mask_module
@@ -23,8 +24,7 @@ from packlm.data.epoch.loader import WindowDataset
 from packlm.data.epoch.plan import build_plan
 from packlm.data.epoch.sampler import PlanSampler
 from packlm.data.store.prepared import PreparedData
-from packlm.data.store.token_store import write_store
-from packlm.tokenizer.chat import ROLE_CODES, supervised_table
+from packlm.tokenizer.chat import supervised_table
 
 WIDTHS = (4, 8, 16)
 TRAINER = dict(
@@ -35,34 +35,6 @@ TRAINER = dict(
 pytestmark = pytest.mark.filterwarnings(
     "ignore:You passed in a `val_dataloader` but have no `validation_step`"
 )
-
-
-def chat_documents(n: int, seed: int, context_first: int = 0):
-    """(lengths, role codes per document: None for plain text): conversations are runs of
-    markup (1) and role codes (2..5), some lengths 1 and 2 (a piece of only a BOS or of one
-    token); the first `context_first` documents are conversations without an assistant token."""
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 40, size=n)
-    lengths[rng.choice(n, size=n // 10, replace=False)] = rng.integers(1, 3, size=n // 10)
-    roles = []
-    for d, length in enumerate(lengths):
-        if d >= context_first and rng.random() < 0.25:
-            roles.append(None)  # plain text: code 0, every token supervised
-            continue
-        runs = np.repeat(rng.integers(1, 6, size=length), rng.integers(1, 8, size=length))
-        codes = runs[:length].astype(np.uint8)
-        if d < context_first:
-            codes[codes == ROLE_CODES["assistant"]] = ROLE_CODES["user"]
-        roles.append(codes)
-    return lengths, roles
-
-
-def write_chat_store(path, lengths, roles):
-    """A store whose token at position p is p, with role codes (write_position_store's)."""
-    starts = np.concatenate([[0], np.cumsum(lengths)])
-    docs = [np.arange(starts[i], starts[i + 1]) for i in range(len(lengths))]
-    vocab = int(starts[-1]) + 2
-    return write_store(path, docs, vocab, eos_id=vocab - 2, pad_id=vocab - 1, roles=roles)
 
 
 LENGTHS, ROLES = chat_documents(140, seed=1)

@@ -60,7 +60,8 @@ class EpochPlan:
     # the store's paragraph starts (data.snap=paragraph, or given for the statistics); None: unknown
     paragraphs: ParagraphIndex | None = None
     # a conversation store's role mask under data.chat_supervised (set by EpochPlans for the
-    # curriculum's counts, `packlm.data.epoch.chat_mask`); None: every token may be a target
+    # curriculum's and the statistics' counts, `packlm.data.epoch.chat_mask`); None: every
+    # token may be a target
     chat_mask: ChatMask | None = None
 
     @property

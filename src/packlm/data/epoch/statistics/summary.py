@@ -7,6 +7,14 @@ samples gives its histogram, its value at any point and its integral over any do
 (hence per-source counts) in memory per document, not per sample (`Coverage`).
 Multiplicities count positions of the epoch stream: with mixing weights a document copy
 is a separate position.
+
+On a store with conversations (`EpochPlan.chat_mask`), `supervised_tokens`,
+`supervised_ratio` and the per-source `supervised_tokens` count the labels the loader gives:
+only the targets data.chat_supervised keeps (`chat_targets`, which reads the role codes).
+What describes the windows stays per stream position, whatever a token's role:
+`target_multiplicity_mean` (window targets / stream tokens), `never_target_fraction`,
+`overlap_ratio` and the `target_multiplicity` histogram count every position a window
+targets, so they compare across chat_supervised settings and with plain text.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import numpy as np
 from packlm.data.epoch.plan import EpochPlan
 from packlm.data.epoch.snap import on_boundary
 from packlm.data.epoch.statistics.attention_work import AttentionWork
+from packlm.data.epoch.statistics.chat_targets import chat_targets
 from packlm.data.epoch.statistics.coverage import CHUNK, Coverage, Histogram
 
 __all__ = ["CHUNK", "Coverage", "Histogram", "plan_statistics", "to_json"]
@@ -89,8 +98,11 @@ def plan_statistics(
         counts[: len(targets.at_counts)] -= targets.at_counts
     counts = counts[: max(1, len(np.trim_zeros(counts, "b")))]
     target_occurrences, nonpad_tokens, padded, on_a_boundary = (int(v) for v in sums)
-    supervised = target_occurrences - targets.at_sum
+    supervised = target_occurrences - targets.at_sum  # window targets, every role
     targeted = int(counts[1:].sum())  # positions targeted at least once
+    # the labels: under a chat mask, only the targets data.chat_supervised keeps
+    chat = None if plan.chat_mask is None else chat_targets(plan, doc_sources, n_src)
+    labelled = supervised if chat is None else chat.total
 
     # windows per sequence and the stride gaps (stride > window leaves tokens no window targets)
     per_sequence = np.diff(plan.window_cum)
@@ -117,9 +129,9 @@ def plan_statistics(
         "padded_samples": padded,
         "input_tokens": n * t,
         "nonpad_tokens": nonpad_tokens,
-        "supervised_tokens": supervised,
+        "supervised_tokens": labelled,
         "fill_ratio": _ratio(nonpad_tokens, n * t),
-        "supervised_ratio": _ratio(supervised, n * t),
+        "supervised_ratio": _ratio(labelled, n * t),
         "target_multiplicity_mean": _ratio(supervised, n_tok),
         "never_target_fraction": _ratio(int(counts[0]), n_tok),
         "overlap_ratio": _ratio(supervised - targeted, supervised),
@@ -136,15 +148,16 @@ def plan_statistics(
     }
     if doc_sources is not None:
         stats["sources"] = _per_source(
-            plan, source_names, n_src, samples_src, tokens_src, inputs, targets
+            plan, source_names, n_src, samples_src, tokens_src, inputs, targets, chat
         )
     return stats
 
 
-def _per_source(plan, names, n, samples, tokens, inputs, targets):
-    """Samples (by the source of their first token), input and supervised tokens per source."""
+def _per_source(plan, names, n, samples, tokens, inputs, targets, chat=None):
+    """Samples (by the source of their first token), input and supervised tokens per source
+    (`chat`: the chat mask's targets, else the coverage's)."""
     nonpad = inputs.area_by_label
-    target = targets.area_by_label - targets.at_by_label
+    target = targets.area_by_label - targets.at_by_label if chat is None else chat.by_source
     names = list(names or []) + [str(i) for i in range(len(names or []), n)]
     return {
         names[i]: {
