@@ -74,10 +74,14 @@ class ModelConfig(ConfigGroup):
     """token: every supervised target weighs the same (sum CE / N of the step); document:
     every document piece weighs the same (mean of its CE, then mean over the step's pieces).
     Validation and bits per byte stay per token."""
-    compile: bool = False
-    """torch.compile the Transformer (inductor: fused kernels; on CPU it needs a C compiler;
-    the first steps pay the compile time; large CPU logits still take the chunked head, on
-    the compiled trunk). Checkpoints stay the same."""
+    compile: Any = "auto"
+    """torch.compile the Transformer: true, false or auto. Inductor fuses kernels; on a CPU it
+    needs a C++ compiler; the first steps pay the compile time; large CPU logits still take
+    the chunked head, on the compiled trunk. auto (train.py; the tools run eagerly): on with
+    CUDA; on a CPU only with an instruction set where compiled steps were measured faster, a
+    run long enough to repay the compile and a working C++ compiler; one line at the start
+    says what it chose and why, and a compile that fails falls back to eager with a warning
+    (packlm.config.compile_choice, docs/training.md). Checkpoints stay the same."""
 
     @property
     def head_dim(self) -> int:
@@ -111,6 +115,8 @@ class ModelConfig(ConfigGroup):
         check_choice("model.attention", self.attention, ATTENTION_BACKENDS)
         check_choice("model.loss_weighting", self.loss_weighting, LOSS_WEIGHTINGS)
         check_choice("model.mlp", self.mlp, MLPS)
+        if not (isinstance(self.compile, bool) or self.compile == "auto"):  # 1 == True: not a bool
+            raise ConfigError(f"model.compile={self.compile!r}: true, false or auto")
         cap = self.logit_softcap
         if cap is not None and (
             isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0

@@ -19,6 +19,7 @@ With optim.anneal_by_time and trainer.max_time the cosine also runs on Lightning
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,12 +32,16 @@ from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_info, r
 from torch import Tensor
 
 from packlm.batch import IGNORE_INDEX
+from packlm.config.compile_choice import first_line
 from packlm.config.model import ModelConfig, OptimConfig, as_dict, param_group_names
+from packlm.errors import ConfigError
 from packlm.model.loss import document_weights, head_cross_entropy
 from packlm.model.muon import MuonAdamW, bf16_native
 from packlm.model.schedule import lr_factor, time_limit
 from packlm.model.step_loss import ExactStepLoss
 from packlm.model.transformer import Transformer
+
+log = logging.getLogger(__name__)
 
 
 class LitCausalLM(ExactStepLoss, L.LightningModule):
@@ -53,11 +58,9 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
             {"model": as_dict(self.model_config), "optim": as_dict(self.optim_config)}
         )
         self.model = Transformer(self.model_config)
-        # model.compile: compiled views of the same module, not submodules (same state_dict):
-        # the whole model for logits, and its trunk for the chunked head (large CPU logits)
-        view = torch.compile if self.model_config.compile else (lambda f: f)
-        object.__setattr__(self, "_run_model", view(self.model))
-        object.__setattr__(self, "_run_hidden", view(self.model.hidden))
+        self.runs_compiled = False  # whether _run_model / _run_hidden are compiled views
+        # model.compile=auto runs eagerly unless train.py decides otherwise at the run's start
+        self.use_compiled_views(self.model_config.compile is True)
         self.register_buffer("token_byte_lengths", None, persistent=False)
         if token_byte_lengths is not None:
             self.set_token_byte_lengths(token_byte_lengths)
@@ -82,6 +85,47 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
             )
         self.token_byte_lengths = lengths
 
+    def use_compiled_views(self, on: bool, fallback: bool = False) -> None:
+        """Run the model through torch.compile'd views (`on`) or as it is. The views are of
+        the same module, not submodules (the same state_dict: checkpoints do not depend on
+        it): the whole model for logits, its trunk for the chunked head (large CPU logits).
+
+        The first call of each view is guarded: if it raises, the same call runs eagerly (a
+        model error raises again there, as it is); if that works the compile was at fault:
+        with `fallback` (model.compile=auto) one warning and eager steps from then on, else
+        (model.compile=true) a ConfigError. The step then computes what an eager one does."""
+        self.runs_compiled = on
+        model, hidden = self.model, self.model.hidden
+        if on:
+            model = self._first_call_guard("_run_model", torch.compile(model), model, fallback)
+            hidden = self._first_call_guard("_run_hidden", torch.compile(hidden), hidden, fallback)
+        object.__setattr__(self, "_run_model", model)  # not a submodule: the same state_dict
+        object.__setattr__(self, "_run_hidden", hidden)
+
+    def _first_call_guard(self, name: str, compiled, eager, fallback: bool):
+        """`compiled`, whose first call falls back to `eager` if it fails (use_compiled_views)."""
+
+        def first_call(*args):
+            try:
+                out = compiled(*args)
+            except Exception as e:  # torch's compile errors live in private modules
+                out = eager(*args)  # the model's own errors raise here
+                reason = first_line(e)
+                if not fallback:
+                    raise ConfigError(
+                        f"model.compile=true: torch.compile failed ({reason}); eager steps "
+                        "work: model.compile=auto falls back to them, false turns it off"
+                    ) from None
+                log.warning("model.compile=auto: compiling failed (%s); the run goes on "
+                            "eagerly (model.compile=false silences this)", reason)  # fmt: skip
+                self.use_compiled_views(False)
+                return out
+            if torch.is_grad_enabled():  # the training graph compiled too: no guard from now on
+                object.__setattr__(self, name, compiled)
+            return out
+
+        return first_call
+
     def forward(self, input_ids, segment_ids=None, position_ids=None) -> Tensor:
         return self._run_model(input_ids, segment_ids, position_ids)  # [B, T, V]
 
@@ -94,8 +138,7 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
         A stream batch (all segment ids 0) takes the is_causal kernel in eager runs; a compiled
         run gives every batch its segment ids (the mask of all-0 ids is the causal one), since
         None for some batches and a tensor for others would compile each graph twice."""
-        compiled = self.model_config.compile
-        stream = batch.get("stream") and not compiled
+        stream = batch.get("stream") and not self.runs_compiled
         segment_ids = None if stream else batch.get("segment_ids")
         inputs = (batch["input_ids"], segment_ids, batch.get("position_ids"))
         return head_cross_entropy(

@@ -46,13 +46,15 @@ from packlm.callbacks import (
 )
 from packlm.checkpoint.extras import CheckpointExtras
 from packlm.checkpoint.resume import run_settings
-from packlm.config.model import ModelConfig
+from packlm.config.compile_choice import auto_compile
+from packlm.config.model import ModelConfig, OptimConfig
 from packlm.config.precision import auto_precision
 from packlm.config.schema import Validated, swept_keys
 from packlm.data.datamodule import PackedDataModule
 from packlm.data.epoch.curriculum import expected_batches
 from packlm.errors import ConfigError
 from packlm.model.lit_module import LitCausalLM
+from packlm.model.schedule import time_limit
 from packlm.train.loggers import build_callbacks, build_loggers
 
 log = logging.getLogger(__name__)
@@ -162,8 +164,17 @@ def compose(
         for shown in (bar, lines):
             if shown is not None:
                 shown.budget = TokenBudget(config.train.max_supervised_tokens, batches_for)
-    module = LitCausalLM(model=model_config, optim=_schedule_horizon(config, datamodule, trainer))
+    optim = _schedule_horizon(config, datamodule, trainer)
+    module = LitCausalLM(model=model_config, optim=optim)
     module.set_token_byte_lengths(datamodule.token_byte_lengths)  # for val/bpb
+    if model_config.compile == "auto":  # decided on this machine, at every start
+        steps = _planned_steps(config, trainer, optim, resume_step)
+        timer = time_limit(trainer)
+        minutes = None if timer is None else timer.time_remaining() / 60
+        detect_anomaly = bool(trainer_kwargs.get("detect_anomaly"))
+        on, why = auto_compile(config.trainer.accelerator, steps, minutes, detect_anomaly)
+        log.info("model.compile=auto: %s (%s)", "on" if on else "off", why)
+        module.use_compiled_views(on, fallback=True)
     return Composed(trainer, module, last, validates, validated_at)
 
 
@@ -199,6 +210,20 @@ def _schedule_horizon(config: Validated, datamodule: PackedDataModule, trainer: 
     )
     steps = math.ceil(batches / config.trainer.accumulate_grad_batches)
     return replace(optim, max_steps=max(1, steps))
+
+
+def _planned_steps(
+    config: Validated, trainer: L.Trainer, optim: OptimConfig, resume_step: tuple[int, int] | None
+) -> int | None:
+    """The optimizer steps this start plans: the Trainer's max_steps (fast_dev_run's too) or
+    a token budget's expected steps, less those a resume has done; None: no step limit (the
+    epochs or the clock end the run)."""
+    total = trainer.max_steps if trainer.max_steps >= 0 else None
+    if total is None and config.train.max_supervised_tokens:
+        total = optim.max_steps
+    if total is None:
+        return None
+    return max(0, total - (resume_step[0] if resume_step else 0))
 
 
 def _expected_batches(datamodule: PackedDataModule, world: int, accumulate: int = 1):
