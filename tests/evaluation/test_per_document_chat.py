@@ -144,3 +144,20 @@ def test_given_files_are_scored_with_the_checkpoints_chat_supervised(run, tmp_pa
     assert kept["supervised_tokens"] == mask_sums(store, "all", False).sum()
     assert typed["supervised_tokens"] == mask_sums(store, "assistant", False).sum()
     assert typed["supervised_tokens"] < kept["supervised_tokens"]
+
+
+def test_given_files_keep_the_checkpoints_chat_overflow(run, tmp_path):
+    """A run that dropped long conversations scores given files the same way (the store is
+    built with the checkpoint's chat_overflow, window and pack size); a typed key still wins."""
+    root, checkpoint = run
+    chat = {"path": str(root / "chat.jsonl"), "chat": "auto"}
+    data = {"window": 24, "packing": "none"}  # some conversations are longer than 25 tokens
+    stores = {}
+    for overflow in ("drop", "cut_turns"):
+        ckpt = checkpoint(f"{overflow}.ckpt", {**data, "chat_overflow": overflow})
+        stores[overflow] = open_scoring(ckpt, {"val_sources": [chat]}, tmp_path).store
+    typed = open_scoring(ckpt, {"val_sources": [chat], "chat_overflow": "drop"}, tmp_path).store
+    assert 0 < stores["drop"].n_tokens < stores["cut_turns"].n_tokens
+    assert typed.n_tokens == stores["drop"].n_tokens
+    for store in stores.values():  # every document fits one sample of the run's window
+        assert np.diff(np.asarray(store.doc_offsets)).max() <= 24 + 1

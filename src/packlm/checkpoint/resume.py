@@ -5,7 +5,8 @@ What a resume does with each setting that differs from the checkpoint's (docs/tr
 - refused, naming the key: the data plan (`data.*` keys of the plan, the store), the model
   shape, the tokenizer (vocab_size), the rank count. Start a new run from the weights with
   `init_from=<ckpt>` instead.
-- refused: a checkpoint whose optimizer has other param groups (an older packlm's).
+- refused: a checkpoint whose optimizer has other param groups (an older packlm's);
+  another `data.chat_supervised` under `data.curriculum` (its phases count those targets).
 - applied, and logged: `optim.*` (lr, embedding_lr_ratio, betas, eps, weight decay, warmup,
   min_lr_ratio, max_steps: the schedule is rebuilt from the current config), `trainer.max_steps`,
   `train.max_supervised_tokens`, `data.skip_steps` / `data.skip_documents`; everything else (logging, validation interval, ...).
@@ -45,6 +46,7 @@ def check_resume(path: Any, checkpoint: dict[str, Any], config: Validated) -> No
             )
         except ConfigError as e:
             raise ConfigError(f"ckpt_path={path}: {e}") from None
+        check_chat_supervised(path, data, config.data)
     check_model_shape(path, checkpoint, config.model, skip=("vocab_size",))
     for state in checkpoint.get("optimizer_states") or []:
         groups = [g.get("name") for g in state.get("param_groups", [])]
@@ -55,6 +57,20 @@ def check_resume(path: Any, checkpoint: dict[str, Any], config: Validated) -> No
                 f"optim.algorithm={config.optim.algorithm} has {expected} (another optim= "
                 "or a checkpoint of an older packlm)." + INIT_FROM_HINT
             )
+
+
+def check_chat_supervised(path: Any, saved: dict[str, Any], data: Any) -> None:
+    """data.chat_supervised only changes the labels, so a resume may change it, except under
+    data.curriculum: its phases switch on the targets the mask keeps (packlm.data.epoch.
+    chat_mask), so another mask would move the switch behind the resumed position. A
+    checkpoint from before the key trained the default, assistant."""
+    before, now = saved.get("chat_supervised", "assistant"), data.chat_supervised
+    if data.curriculum and before != now:
+        raise ConfigError(
+            f"ckpt_path={path}: data.chat_supervised: {before!r} in the checkpoint, {now!r} "
+            "now; under data.curriculum the phases switch on the targets it keeps, so a "
+            "resume keeps it." + INIT_FROM_HINT
+        )
 
 
 def check_model_shape(

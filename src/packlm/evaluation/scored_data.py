@@ -20,10 +20,12 @@ from packlm.errors import ConfigError
 
 FROM_CHECKPOINT = (
     "window", "packing", "bos", "text_field", "separator", "encoding_errors", "normalize_newlines",
-    "chat_supervised",
+    "chat_supervised", "chat_overflow", "pack_size",
 )  # fmt: skip
 """The checkpoint's keys kept when other files are scored: the model's window and packing,
-the tokens' BOS, how a file becomes documents, and which conversation targets trained."""
+the tokens' BOS, how a file becomes documents, which conversation targets trained and what
+became of a conversation longer than a sample (cut between turns or dropped, by the window
+and pack size)."""
 
 
 @dataclass(frozen=True)
