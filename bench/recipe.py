@@ -54,6 +54,7 @@ OPTIONS = {
     "logit_softcap": ["model.logit_softcap=15"],
     "residual_scalars": ["model.residual_scalars=true"],
     "recipe": ["optim=muon", "optim.schedule=wsd", "model.qk_norm=true"],  # the winners together
+    "muon_wsd": ["optim=muon", "optim.schedule=wsd"],  # the recipe an HF export carries
 }
 
 
