@@ -77,7 +77,7 @@ def test_a_cpu_whose_isa_does_not_pay_stays_eager_without_probing(machine, monke
         on, why = auto_compile("cpu", 10**6, None)
         assert (on, why) == (
             False,
-            f"CPU {isa}: compiled steps not measured faster on it (docs/speed.md)",
+            f"CPU {isa}: compiled steps not measured faster on it, see docs/training.md",
         )
     assert machine == []  # no probe: it costs seconds
 

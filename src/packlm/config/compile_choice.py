@@ -62,7 +62,7 @@ def auto_compile(
         return False, f"{device}: compiled steps not measured there"
     isa = cpu_kind()
     if isa not in CPU_KINDS_THAT_PAY:
-        return False, f"CPU {isa}: compiled steps not measured faster on it (docs/speed.md)"
+        return False, f"CPU {isa}: compiled steps not measured faster on it, see docs/training.md"
     length = _run_length(steps, minutes)
     if _too_short(steps, minutes):
         return False, f"{length}: too short to repay the ~{COMPILE_SECONDS} s compile"
