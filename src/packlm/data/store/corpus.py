@@ -25,6 +25,7 @@ from packlm.data.store.sources import (
     iter_documents,
     resolve_sources,
 )
+from packlm.data.store.sources.conversations import RECORDS
 from packlm.data.store.sources.cuts import file_cuts
 from packlm.data.store.sources.formats import detect
 from packlm.data.store.split import HASH, content_hash, is_validation
@@ -162,9 +163,16 @@ class Corpus:
         if n == 0:
             raise self.no_documents(counts)
 
-    def no_documents(self, counts: ReadCounts) -> SourceError:
+    def no_documents(self, counts: ReadCounts, overlong: int = 0) -> SourceError:
+        """The error of an empty training split, naming every reason; `overlong`: the
+        conversations that data.chat_overflow left out (none of their turns fit a sample)."""
         names = [s.name for s in self.sources]
         why = ", ".join(f"{n} {reason}" for reason, n in counts.dropped().items())
+        if overlong:
+            why += (
+                f", {overlong} conversations longer than a sample left out by data.chat_overflow "
+                "(raise data.window, and data.pack_size if set)"
+            )
         hint = ""
         if self.hash_split and self.val_fraction > 0:  # else nothing went to validation
             why += f", the rest sent to validation by data.val_fraction={self.val_fraction}"
@@ -204,7 +212,7 @@ def _source_fp(source: Source) -> dict[str, Any]:
     fp = source.fingerprint()
     del fp["weight"]  # the plan's business (see fingerprint)
     if source.chat is not None:  # absent for text: the keys of earlier entries still hold
-        fp["chat"] = {"form": source.chat, "format": CHAT_FORMAT}
+        fp["chat"] = {"form": source.chat, "format": CHAT_FORMAT, "records": RECORDS}
     return fp
 
 

@@ -78,9 +78,17 @@ def check_not_empty(corpus: Corpus, state: dict[str, SplitState]) -> None:
             log.warning("data.shard=%d/%d holds no training documents", *corpus.shard)
         return
     if train.writer.n_docs == 0:
-        raise corpus.no_documents(train.read)
+        raise corpus.no_documents(train.read, train.overflow_counts["conversations_dropped"])
     if val.writer.n_docs > 0 or (corpus.hash_split and corpus.val_fraction == 0):
         return  # val_fraction=0 without val_sources: validation is off, the val store is empty
+    overlong = val.overflow_counts["conversations_dropped"]
+    if overlong:
+        where = f"data.val_fraction={corpus.val_fraction}" if corpus.hash_split else (
+            f"data.val_sources={[s.name for s in corpus.val_sources]}")  # fmt: skip
+        raise SourceError(
+            f"{where}: the validation split is empty ({overlong} conversations longer than a "
+            "sample left out by data.chat_overflow; raise data.window, and data.pack_size if set)"
+        )
     if corpus.hash_split:
         raise SourceError(
             f"data.val_fraction={corpus.val_fraction}: the validation split is empty (none of "

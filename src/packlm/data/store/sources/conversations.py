@@ -22,7 +22,6 @@ hash split and the tokenizer's training read; the turns travel beside it to the 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +56,9 @@ FORM_FIELDS = {
     "prompt_completion": ("prompt", "completion"),
 }
 """The fields that make a record one form under `chat: auto`."""
+RECORDS = 2
+"""Part of a chat source's fingerprint: bump it when the same records would give other turns
+(2: a UTF-8 BOM, roles in any case or padded, content as text parts)."""
 EXAMPLES = 20
 """Bad records named one by one (log and manifest); past that, counted only."""
 
@@ -150,7 +152,8 @@ def _turn_list(
     items: Any, key: str, role_key: str, content_key: str, roles: dict[str, str]
 ) -> list[Turn]:
     if not isinstance(items, list):
-        raise BadRecord("wrong_type", f"field {key!r} is {type(items).__name__}, not a list")
+        hint = " (JSON text? store the list itself)" if isinstance(items, str) else ""
+        raise BadRecord("wrong_type", f"field {key!r} is {type(items).__name__}, not a list{hint}")
     turns = []
     for k, item in enumerate(items):
         where = f"{key}[{k}]"
@@ -161,16 +164,37 @@ def _turn_list(
             raise BadRecord(
                 "wrong_type", f"{where}.{role_key} is {type(role).__name__}, not a string"
             )
-        if role not in roles:
+        if role.strip().lower() not in roles:
             raise BadRecord(
                 "unknown_role", f"{where}.{role_key}={role[:40]!r}: not one of {sorted(roles)}"
             )
+        if isinstance(content, list):  # OpenAI's parts: [{"type": "text", "text": ...}, ...]
+            content = _text_parts(content, f"{where}.{content_key}")
         if not isinstance(content, str):
+            extra = " (tool_calls are not rendered)" if item.get("tool_calls") else ""
             raise BadRecord(
-                "wrong_type", f"{where}.{content_key} is {type(content).__name__}, not a string"
+                "wrong_type",
+                f"{where}.{content_key} is {type(content).__name__}, not a string{extra}",
             )
-        turns.append((roles[role], content))
+        turns.append((roles[role.strip().lower()], content))
     return turns
+
+
+def _text_parts(parts: list, where: str) -> str:
+    """The text of a content given as parts, joined as chat templates join them (nothing
+    between); a part that is not text (an image, audio) makes the record one packlm cannot
+    train on."""
+    texts = []
+    for k, part in enumerate(parts):
+        if not (isinstance(part, dict) and part.get("type") == "text"):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise BadRecord(
+                "wrong_type", f"{where}[{k}] is a {str(kind)[:40]!r} part, not a text part"
+            )
+        if not isinstance(part.get("text"), str):
+            raise BadRecord("wrong_type", f"{where}[{k}].text is not a string")
+        texts.append(part["text"])
+    return "".join(texts)
 
 
 def count_bad(counts: ReadCounts, where: str, error: BadRecord) -> None:
@@ -213,8 +237,8 @@ def conversation_lines(
     """One conversation per JSON line, ids ending in the line number (in the whole file
     where `f` reads a `piece` of it); a line that is not JSON is a bad record."""
 
-    def invalid(where: str, e: json.JSONDecodeError) -> None:
-        count_bad(counts, where, BadRecord("invalid_json", f"{e.msg} at column {e.colno}"))
+    def invalid(where: str, why: str) -> None:
+        count_bad(counts, where, BadRecord("invalid_json", why))
 
     for line_no, where, record in json_lines(f, path, options, counts, explicit, piece, invalid):
         doc = conversation_document(record, where, f"{prefix}:{line_no}", index, form, options,

@@ -32,6 +32,7 @@ NOT_JSON_LINES = (
 )
 NUL_RUN = b"\x00" * 32
 """Valid UTF-8, but no text holds 32 NUL bytes in a row."""
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def text_documents(
@@ -62,16 +63,19 @@ def text_documents(
 
 def json_lines(
     f: BinaryIO, path: Path, options: ReadOptions, counts: ReadCounts, explicit: bool = True,
-    piece: Piece = WHOLE, bad: Callable[[str, json.JSONDecodeError], None] | None = None,
+    piece: Piece = WHOLE, bad: Callable[[str, str], None] | None = None,
 ) -> Iterator[tuple[int, str, Any]]:  # fmt: skip
     """(line number, `path:line`, parsed record) of each JSON line that reads as text (blank,
     binary and undecodable lines counted and passed over). A line that is not JSON goes to
-    `bad(where, error)` (None: an error), but a first line opening one JSON document over
-    many lines is always the error that the file is not JSON lines."""
+    `bad(where, why)` (None: an error), but a first line opening one JSON document over
+    many lines is always the error that the file is not JSON lines. A UTF-8 byte order mark
+    opening the file (Windows editors write one) is an encoding mark, not the record's."""
     offset = piece.offset
     for line_no, raw in enumerate(_lines(f, path), start=piece.records + 1):
         where = f"{path}:{line_no}"
         line_offset, offset = offset, offset + len(raw)
+        if line_offset == 0 and raw.startswith(UTF8_BOM):
+            raw, line_offset = raw[len(UTF8_BOM) :], len(UTF8_BOM)
         if not raw.strip() or is_binary(raw, path, line_offset, explicit, counts):
             continue
         line = decode(raw, where, line_offset, options.encoding_errors, counts)
@@ -82,11 +86,17 @@ def json_lines(
         except json.JSONDecodeError as e:
             if line_no == 1 and (line.strip() == "{" or line.lstrip().startswith("[")):
                 raise SourceError(f"{path}: {NOT_JSON_LINES}") from e
-            if bad is None:
-                raise SourceError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from e
-            bad(where, e)
+            why = f"{e.msg} at column {e.colno}"
+            if not raw.endswith(b"\n"):  # the last line: an interrupted write or copy
+                why += "; the file's last line, with no newline: is the file cut short?"
+        except RecursionError:  # json's C parser recurses once per level ([[[[...)
+            why = f"nested deeper than Python's JSON parser reads ({len(line)} characters)"
+        else:
+            yield line_no, where, record
             continue
-        yield line_no, where, record
+        if bad is None:
+            raise SourceError(f"{where}: not valid JSON ({why})")
+        bad(where, why)
 
 
 def jsonl_documents(
