@@ -68,7 +68,7 @@ def _prepare(cfg: DictConfig) -> None:
         }
         json.dump(report, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
-        bad = [s for s, row in rows.items() if row["bytes_read"] != row["bytes_stored"]]
+        bad = [s for s, row in rows.items() if not agrees(row)]
         if bad:
             raise StoreError(
                 f"{bad}: the bytes stored differ from the bytes read (see the summary)"
@@ -100,6 +100,7 @@ def summary(prepared: PreparedData, progress: bool = False) -> dict[str, dict[st
                     decoded_bytes(part.path / TOKENS_FILE, part.tokens.dtype, lengths, bar.update)
                     for part in getattr(store, "parts", [store])  # data.shards: each shard's
                 ),
+                "chat_overflow_bytes": counts.get("chat_overflow", {}).get("bytes_dropped", 0),
                 "dropped": counts.get("dropped", {}),
                 "left_out": counts.get("left_out", {}),
                 "cuts_inside_pretokens": counts.get("cuts_inside_pretokens", 0),
@@ -107,12 +108,18 @@ def summary(prepared: PreparedData, progress: bool = False) -> dict[str, dict[st
     return rows
 
 
+def agrees(row: dict[str, Any]) -> bool:
+    """The bytes read are the bytes stored, but for the text of the turns that
+    data.chat_overflow left out (counted as it cut them)."""
+    return row["bytes_read"] == row["bytes_stored"] + row.get("chat_overflow_bytes", 0)
+
+
 def format_summary(rows: dict[str, dict[str, Any]]) -> str:
     """The summary as a table, then what was skipped, in words."""
     head = ("split", "documents", "tokens", "bytes read", "bytes stored", "agree")
     lines = [head] + [
         (split, f"{r['documents']:,}", f"{r['tokens']:,}", f"{r['bytes_read']:,}",
-         f"{r['bytes_stored']:,}", "yes" if r["bytes_read"] == r["bytes_stored"] else "NO")
+         f"{r['bytes_stored']:,}", "yes" if agrees(r) else "NO")
         for split, r in rows.items()
     ]  # fmt: skip
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
@@ -124,6 +131,9 @@ def format_summary(rows: dict[str, dict[str, Any]]) -> str:
             f"{n:,} {why.replace('_', ' ')}" for why, n in r["dropped"].items() if n
         )
         out.append(f"{split} skipped: {dropped or 'nothing'}")
+        if r.get("chat_overflow_bytes"):
+            out.append(f"{split} conversations longer than a sample: {r['chat_overflow_bytes']:,} "
+                       "bytes of their turns left out (data.chat_overflow)")  # fmt: skip
         for why, names in r.get("left_out", {}).items():  # links: docs/links.md
             more = r["dropped"].get(why, len(names)) - len(names)
             out.append(f"{split} {why.replace('_', ' ')}: {'; '.join(names)}"

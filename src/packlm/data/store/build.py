@@ -228,10 +228,15 @@ def _write(
             codes = np.concatenate([np.zeros(waiting, np.uint8), codes[: len(ids) - waiting]])
     doc_ids, sources = chunk.doc_ids, chunk.sources
     if st.overflow is not None and codes is not None and len(lengths):
+        whole = ids
         ids, lengths, codes, doc_ids, sources = apply_overflow(
             ids, lengths, codes, doc_ids, sources, st.overflow, st.chat_start_id,
             st.overflow_counts,
         )  # fmt: skip
+        if ids is not whole:  # the text it left out: prepare's bytes read = stored + this
+            st.overflow_counts["bytes_dropped"] += int(
+                enc.byte_lengths[whole].sum() - enc.byte_lengths[ids].sum()
+            )
     if len(lengths):
         st.writer.add_many(ids, lengths, doc_ids, sources, codes)
     st.nbytes += chunk.nbytes

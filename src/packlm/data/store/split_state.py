@@ -128,7 +128,7 @@ def _overflow(st: SplitState) -> dict[str, Any]:
             c["conversations_dropped"], c["turns_dropped"], c["tokens_dropped"], c["tokens_in"],
         )  # fmt: skip
     keys = ("tokens_in", "tokens_dropped", "conversations_cut", "conversations_dropped",
-            "turns_dropped")  # fmt: skip
+            "turns_dropped", "bytes_dropped")  # fmt: skip
     return {"chat_overflow": {**st.overflow.fingerprint(), **{k: int(c[k]) for k in keys}}}
 
 
