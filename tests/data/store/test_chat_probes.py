@@ -240,12 +240,30 @@ def test_an_empty_answer_supervises_only_its_end_token(tmp_path):
     assert answer.tolist() == [chat.end_id]
 
 
+LONG = {"messages": [{"role": "user", "content": "word " * 200},
+                     {"role": "assistant", "content": "ok " * 100}]}  # fmt: skip
+
+
 def test_chat_overflow_drop_of_every_conversation_says_why(tmp_path):
     """Failed before: 'no training documents (0 empty, 0 invalid_utf8, 0 binary, 0
     special_files)', with no word of the 30 conversations data.chat_overflow left out."""
-    long = {"messages": [{"role": "user", "content": "word " * 200},
-                         {"role": "assistant", "content": "ok " * 100}]}  # fmt: skip
-    with pytest.raises(SourceError, match=r"no training documents \(.*30 conversations longer "
-                       r"than a sample left out by data.chat_overflow \(raise data.window"):  # fmt: skip
-        prepare(tmp_path, [long] * 30, window=48, stride=48, chat_overflow="drop")
+    with pytest.raises(SourceError, match=r"no training documents \(.*, 30 conversations longer "
+                       r"than a sample left out \(data.chat_overflow; raise data.window\)\)$"):  # fmt: skip
+        prepare(tmp_path, [LONG] * 30, window=48, stride=48, chat_overflow="drop")
     assert not list((tmp_path / "cache").rglob("tokens.bin"))
+
+
+def test_a_validation_split_emptied_by_chat_overflow_says_why(tmp_path):
+    """Failed before: 'the validation split is empty (0 duplicates of training documents
+    dropped, 0 empty, 0 skipped as invalid UTF-8)' for 5 conversations left out."""
+    short = {"messages": TURNS}
+    train, val = tmp_path / "train.jsonl", tmp_path / "val.jsonl"
+    train.write_text("".join(json.dumps(short) + "\n" for _ in range(5)), encoding="utf-8")
+    val.write_text("".join(json.dumps(LONG) + "\n" for _ in range(5)), encoding="utf-8")
+    config = DataConfig(sources=[{"path": str(train), "chat": "auto"}],
+                        val_sources=[{"path": str(val), "chat": "auto"}],
+                        window=48, stride=48, chat_overflow="drop")  # fmt: skip
+    with pytest.raises(SourceError, match=rf"^data.val_sources=\['{val}'\]: the validation split "
+                       r"is empty \(.*, 5 conversations longer than a sample left out"):  # fmt: skip
+        prepare_stores(config, TokenizerConfig(vocab_size=300), tmp_path / "cache",
+                       progress=False, num_workers=0)  # fmt: skip

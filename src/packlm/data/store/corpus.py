@@ -33,6 +33,8 @@ from packlm.tokenizer.chat import CHAT_FORMAT
 
 log = logging.getLogger(__name__)
 
+OVERLONG = "conversations longer than a sample left out (data.chat_overflow; raise data.window)"
+"""What an empty split says of the conversations that data.chat_overflow left out."""
 BUILD_VERSION = 2
 """Part of every fingerprint: bump it when the same inputs would give other documents or stores."""
 
@@ -168,14 +170,12 @@ class Corpus:
         conversations that data.chat_overflow left out (none of their turns fit a sample)."""
         names = [s.name for s in self.sources]
         why = ", ".join(f"{n} {reason}" for reason, n in counts.dropped().items())
-        if overlong:
-            why += (
-                f", {overlong} conversations longer than a sample left out by data.chat_overflow "
-                "(raise data.window, and data.pack_size if set)"
-            )
         hint = ""
+        if overlong:
+            why += f", {overlong} {OVERLONG}"
         if self.hash_split and self.val_fraction > 0:  # else nothing went to validation
             why += f", the rest sent to validation by data.val_fraction={self.val_fraction}"
+        if self.hash_split and self.val_fraction > 0 and not overlong:
             hint = (
                 "; a file is one document unless data.separator splits it, so hold out a part "
                 "of it instead: data.sources=[{path: F, span: [0, 0.9]}] "

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from packlm.data.store.chat_overflow import Overflow
-from packlm.data.store.corpus import Corpus
+from packlm.data.store.corpus import OVERLONG, Corpus
 from packlm.data.store.sources import ReadCounts, SourceError
 from packlm.data.store.sources.entries import files_fingerprint
 from packlm.data.store.token_store import StoreError, StoreWriter
@@ -82,23 +82,18 @@ def check_not_empty(corpus: Corpus, state: dict[str, SplitState]) -> None:
     if val.writer.n_docs > 0 or (corpus.hash_split and corpus.val_fraction == 0):
         return  # val_fraction=0 without val_sources: validation is off, the val store is empty
     overlong = val.overflow_counts["conversations_dropped"]
-    if overlong:
-        where = f"data.val_fraction={corpus.val_fraction}" if corpus.hash_split else (
-            f"data.val_sources={[s.name for s in corpus.val_sources]}")  # fmt: skip
-        raise SourceError(
-            f"{where}: the validation split is empty ({overlong} conversations longer than a "
-            "sample left out by data.chat_overflow; raise data.window, and data.pack_size if set)"
-        )
+    lost = f", {overlong} {OVERLONG}" if overlong else ""
     if corpus.hash_split:
+        why = lost[2:] or f"none of {train.writer.n_docs} documents hashed into it"
         raise SourceError(
-            f"data.val_fraction={corpus.val_fraction}: the validation split is empty (none of "
-            f"{train.writer.n_docs} documents hashed into it); raise data.val_fraction or give data.val_sources"
+            f"data.val_fraction={corpus.val_fraction}: the validation split is empty ({why}); "
+            "raise data.val_fraction or give data.val_sources"
         )
     names = [s.name for s in corpus.val_sources]
     raise SourceError(
         f"data.val_sources={names}: the validation split is empty ({val.duplicates} duplicates of "
         f"training documents dropped, {val.read.empty} empty, {val.read.skipped_invalid_utf8} skipped "
-        "as invalid UTF-8)"
+        f"as invalid UTF-8{lost})"
     )
 
 
