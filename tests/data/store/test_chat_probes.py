@@ -267,3 +267,58 @@ def test_a_validation_split_emptied_by_chat_overflow_says_why(tmp_path):
                        r"is empty \(.*, 5 conversations longer than a sample left out"):  # fmt: skip
         prepare_stores(config, TokenizerConfig(vocab_size=300), tmp_path / "cache",
                        progress=False, num_workers=0)  # fmt: skip
+
+
+def test_a_chat_file_given_as_plain_text_says_to_add_chat(tmp_path):
+    """Before: 'no field 'text' (data.text_field) in this record; it has 'messages'', and no
+    word of the `chat` key."""
+    path = write(tmp_path, f"{OK}\n".encode())
+    corpus = Corpus.from_config(DataConfig(sources=[str(path)]).validate())
+    with pytest.raises(SourceError, match=r"it has 'messages'; conversations\? give the source "
+                       r"as \{path: \.\.\., chat: auto\}$"):  # fmt: skip
+        list(iter_documents(corpus.sources, corpus.options, ReadCounts()))
+    other = write(tmp_path, b'{"body": "x"}\n', "other.jsonl")
+    corpus = Corpus.from_config(DataConfig(sources=[str(other)]).validate())
+    with pytest.raises(SourceError, match=r"it has 'body'$"):
+        list(iter_documents(corpus.sources, corpus.options, ReadCounts()))
+
+
+def test_an_unpaired_surrogate_in_a_turn_follows_data_encoding_errors(tmp_path):
+    line = '{"messages": [{"role": "user", "content": "x\\ud800"}, {"role": "assistant", "content": "a"}]}'
+    path = write(tmp_path, f"{OK}\n{line}\n".encode())
+    with pytest.raises(SourceError, match=rf"^{path}:2: unpaired surrogate escape"):
+        read(path)
+    docs, counts = read(path, encoding_errors="replace")
+    assert docs[1].turns[0] == ("user", "x\ufffd") and counts.replaced_invalid_utf8 == 1
+    docs, counts = read(path, encoding_errors="skip")
+    assert len(docs) == 1 and counts.skipped_invalid_utf8 == 1
+
+
+def test_a_thousand_bad_records_are_all_counted_and_the_first_twenty_named(tmp_path, caplog):
+    path = write(tmp_path, (f"{OK}\n" + "{}\n" * 1000).encode())
+    docs, counts = read(path)
+    assert len(docs) == 1 and counts.bad_records == {"not_a_conversation": 1000}
+    assert [e.split(": ")[0] for e in counts.bad_record_examples] == [
+        f"{path}:{k}" for k in range(2, 22)
+    ]
+    assert caplog.text.count("conversation dropped") == 20
+
+
+def test_compressed_chat_files_a_bom_inside_and_a_cut_stream(tmp_path):
+    import gzip
+
+    path = write(tmp_path, gzip.compress(b"\xef\xbb\xbf" + f"{OK}\n".encode() * 3), "c.jsonl.gz")
+    docs, counts = read(path)
+    assert len(docs) == 3 and counts.bad_records == {}
+    raw = gzip.compress(f"{OK}\n".encode() * 2000)
+    cut = write(tmp_path, raw[: len(raw) // 2], "cut.jsonl.gz")
+    with pytest.raises(SourceError, match=rf"^{cut}: cannot read \(Compressed file ended"):
+        read(cut)
+
+
+@pytest.mark.parametrize("value", [True, 1, "", "yes", "AUTO", " auto", ["auto"]])
+def test_a_wrong_chat_key_names_the_source_entry(value):
+    from packlm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^data.sources\[0\].chat=.*: one of \['auto'"):
+        DataConfig(sources=[{"path": "x.jsonl", "chat": value}]).validate()

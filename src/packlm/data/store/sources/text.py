@@ -116,7 +116,7 @@ def jsonl_documents(
             fields = ", ".join(map(repr, list(record)[:20])) + (", ..." if len(record) > 20 else "")
             raise SourceError(
                 f"{where}: no field {field_name!r} (data.text_field) in this record; it has "
-                f"{fields or 'no fields'}"
+                f"{fields or 'no fields'}{_chat_hint(record)}"
             )
         text = record[field_name]
         if not isinstance(text, str):
@@ -129,6 +129,15 @@ def jsonl_documents(
             counts.normalized_newlines += 1
         if text is not None:
             yield Document(text, f"{prefix}:{line_no}", index)
+
+
+def _chat_hint(record: dict) -> str:
+    """A record of conversations read as text: say how to read it as conversations."""
+    from packlm.data.store.sources.conversations import FORM_FIELDS
+
+    if not any(all(k in record for k in keys) for keys in FORM_FIELDS.values()):
+        return ""
+    return "; conversations? give the source as {path: ..., chat: auto}"
 
 
 def read_blocks(f: BinaryIO, path: Path, normalize: bool, counts: ReadCounts) -> Iterator[bytes]:
