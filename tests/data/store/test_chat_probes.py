@@ -322,3 +322,16 @@ def test_a_wrong_chat_key_names_the_source_entry(value):
 
     with pytest.raises(ConfigError, match=r"^data.sources\[0\].chat=.*: one of \['auto'"):
         DataConfig(sources=[{"path": "x.jsonl", "chat": value}]).validate()
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n  \n", b"\xef\xbb\xbf"])
+def test_a_chat_file_without_any_record_says_so(tmp_path, content):
+    """Before: 'no training documents (0 empty, 0 invalid_utf8, 0 binary, 0 special_files, the
+    rest sent to validation by data.val_fraction=0.05); a file is one document unless
+    data.separator splits it, ...': nothing was read, nothing sent anywhere."""
+    path = write(tmp_path, content)
+    config = DataConfig(sources=[{"path": str(path), "chat": "auto"}])
+    with pytest.raises(SourceError, match=r"no training documents \(the files hold no text or "
+                       r"record\)$"):  # fmt: skip
+        prepare_stores(config, TokenizerConfig(vocab_size=300), tmp_path / "cache",
+                       progress=False, num_workers=0)  # fmt: skip

@@ -157,30 +157,38 @@ class Corpus:
 
     def training_texts(self) -> Iterator[str]:
         """The training split's texts, in order (what the tokenizer is trained on)."""
-        counts, n = ReadCounts(), 0
+        counts, n, n_read = ReadCounts(), 0, 0
         for doc in iter_documents(self.sources, self.options, counts):
+            n_read += 1
             if not self.goes_to_validation(doc.text.encode("utf-8")):
                 n += 1
                 yield doc.text
         if n == 0:
-            raise self.no_documents(counts)
+            raise self.no_documents(counts, to_validation=n_read > 0)
 
-    def no_documents(self, counts: ReadCounts, overlong: int = 0) -> SourceError:
+    def no_documents(
+        self, counts: ReadCounts, overlong: int = 0, to_validation: bool = True
+    ) -> SourceError:
         """The error of an empty training split, naming every reason; `overlong`: the
-        conversations that data.chat_overflow left out (none of their turns fit a sample)."""
+        conversations that data.chat_overflow left out (none of their turns fit a sample);
+        `to_validation`: the hash split sent documents to validation."""
         names = [s.name for s in self.sources]
-        why = ", ".join(f"{n} {reason}" for reason, n in counts.dropped().items())
+        dropped = counts.dropped()
+        why = ", ".join(f"{n} {reason}" for reason, n in dropped.items())
         hint = ""
         if overlong:
             why += f", {overlong} {OVERLONG}"
-        if self.hash_split and self.val_fraction > 0:  # else nothing went to validation
+        sent = to_validation and self.hash_split and self.val_fraction > 0
+        if sent:  # else nothing went to validation
             why += f", the rest sent to validation by data.val_fraction={self.val_fraction}"
-        if self.hash_split and self.val_fraction > 0 and not overlong:
+        if sent and not overlong:
             hint = (
                 "; a file is one document unless data.separator splits it, so hold out a part "
                 "of it instead: data.sources=[{path: F, span: [0, 0.9]}] "
                 "data.val_sources=[{path: F, span: [0.9, 1]}]"
             )
+        if not (sent or overlong or any(dropped.values())):
+            why = "the files hold no text or record"
         return SourceError(f"data.sources={names}: no training documents ({why}){hint}")
 
     def fingerprint(self, training_only: bool = False) -> dict[str, Any]:

@@ -78,7 +78,9 @@ def check_not_empty(corpus: Corpus, state: dict[str, SplitState]) -> None:
             log.warning("data.shard=%d/%d holds no training documents", *corpus.shard)
         return
     if train.writer.n_docs == 0:
-        raise corpus.no_documents(train.read, train.overflow_counts["conversations_dropped"])
+        raise corpus.no_documents(
+            train.read, train.overflow_counts["conversations_dropped"], val.writer.n_docs > 0
+        )
     if val.writer.n_docs > 0 or (corpus.hash_split and corpus.val_fraction == 0):
         return  # val_fraction=0 without val_sources: validation is off, the val store is empty
     overlong = val.overflow_counts["conversations_dropped"]
