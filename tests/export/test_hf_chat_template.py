@@ -84,3 +84,17 @@ def test_typed_control_tokens_are_text_in_packlm_only(exported):
     theirs = hf.apply_chat_template([{"role": r, "content": c} for r, c in conversation],
                                     tokenize=True, return_dict=False)  # fmt: skip
     assert ours.count(chat.end_id) == 2 and list(theirs).count(chat.end_id) == 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(conversation=conversations, cases=st.lists(st.sampled_from([str.upper, str.title, str]), min_size=5, max_size=5),
+       pads=st.lists(st.sampled_from(["", " ", "\t", " \n"]), min_size=5, max_size=5))  # fmt: skip
+def test_a_role_in_another_case_or_padded_renders_as_packlm_reads_it(
+    exported, conversation, cases, pads
+):
+    """packlm reads `Assistant` or ' user' as assistant / user; the template does the same."""
+    tok, hf = exported
+    messages = [{"role": pad + case(r) + pad, "content": c}
+                for (r, c), case, pad in zip(conversation, cases, pads, strict=False)]  # fmt: skip
+    theirs = hf.apply_chat_template(messages, tokenize=True, return_dict=False)
+    assert list(theirs) == ChatFormat.of(tok).render(conversation, tok.encode_ordinary)[0]

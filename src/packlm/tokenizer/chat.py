@@ -52,12 +52,13 @@ SUPERVISED = {"assistant": ("assistant",), "all": ROLES}
 
 HF_CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{{- '<|im_start|>' + (message['role'] | trim | lower) + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
 """`render_text` as a Jinja chat template (tokenizer_config.json's `chat_template`), with
-`generation_prompt`'s ending; `apply_chat_template` then gives `render`'s ids."""
+`generation_prompt`'s ending; `apply_chat_template` then gives `render`'s ids. A role is
+trimmed and lower-cased, as packlm reads a record's roles (`Assistant` trains as assistant)."""
 
 Turn = tuple[str, str]
 """(role, content), role one of ROLES."""
