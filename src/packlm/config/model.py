@@ -115,6 +115,13 @@ class ModelConfig(ConfigGroup):
         check_choice("model.attention", self.attention, ATTENTION_BACKENDS)
         check_choice("model.loss_weighting", self.loss_weighting, LOSS_WEIGHTINGS)
         check_choice("model.mlp", self.mlp, MLPS)
+        if self.mlp_hidden < 1:
+            raise ConfigError(
+                f"model.mlp_ratio={self.mlp_ratio!r}: the MLP's hidden width "
+                f"mlp_ratio * n_embd = {self.mlp_ratio * self.n_embd:g} rounds to 0"
+            )
+        for key in ("tie_embeddings", "qk_norm", "zero_init_proj", "residual_scalars"):
+            check_bool(f"model.{key}", getattr(self, key))  # "false" (a str) would be on
         if not (isinstance(self.compile, bool) or self.compile == "auto"):  # 1 == True: not a bool
             raise ConfigError(f"model.compile={self.compile!r}: true, false or auto")
         cap = self.logit_softcap
@@ -212,16 +219,22 @@ class OptimConfig(ConfigGroup):
         ratio = self.embedding_lr_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0:
             raise ConfigError(f"optim.embedding_lr_ratio={ratio!r}: must be a positive number")
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+        if len(self.betas) != 2 or not all(
+            isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
+            for b in self.betas
+        ):
             raise ConfigError(f"optim.betas={list(self.betas)}: two numbers in [0, 1)")
         if not isinstance(self.eps, (int, float)) or self.eps <= 0:
             raise ConfigError(f"optim.eps={self.eps!r}: must be a positive number")
-        if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ConfigError(f"optim.warmup_steps={self.warmup_steps!r}: must be an integer >= 0")
+        steps = self.warmup_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ConfigError(f"optim.warmup_steps={steps!r}: must be an integer >= 0")
         if self.max_steps is not None:
             check_positive_int("optim.max_steps", self.max_steps)
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ConfigError(f"optim.min_lr_ratio={self.min_lr_ratio}: must be in [0, 1]")
+        ratio = self.min_lr_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+            raise ConfigError(f"optim.min_lr_ratio={ratio!r}: must be in [0, 1]")
+        check_bool("optim.anneal_by_time", self.anneal_by_time)
         check_choice("optim.algorithm", self.algorithm, ALGORITHMS)
         check_choice("optim.schedule", self.schedule, SCHEDULES)
         ratio = self.warmdown_ratio
@@ -247,7 +260,36 @@ class OptimConfig(ConfigGroup):
             raise ConfigError(
                 f"optim.muon_ns_steps={self.muon_ns_steps}: at most 20 (5 is the recipe's)"
             )
+        self._check_decay_keeps_weights()
         return self
+
+    def _check_decay_keeps_weights(self) -> None:
+        """Decoupled weight decay multiplies a weight by 1 - lr * weight_decay at each step:
+        at a peak lr where that is <= 0, every step zeroes or flips the weights (optim.
+        muon_weight_decay=1e30 trained 950 steps of NaN). Each group's peak lr counts."""
+        embedding = self.lr * self.embedding_lr_ratio
+        peaks = [
+            ("optim.weight_decay", self.weight_decay, self.lr, "optim.lr"),
+            ("optim.weight_decay", self.weight_decay, embedding, "optim.lr * embedding_lr_ratio"),
+        ]
+        if self.algorithm == "muon":
+            peaks.append(
+                ("optim.muon_weight_decay", self.muon_weight_decay, self.muon_lr, "optim.muon_lr")
+            )
+        for key, decay, lr, named in peaks:
+            if lr * decay >= 1:
+                raise ConfigError(
+                    f"{key}={decay!r}: with the peak lr {named} = {lr:g}, each step multiplies "
+                    f"the weights by 1 - lr * decay = {1 - lr * decay:g}, which zeroes or flips "
+                    "them; lr * decay must stay below 1"
+                )
+
+
+def check_bool(key: str, value: Any) -> None:
+    """ConfigError unless `value` is true or false: Hydra converts what is typed, but a dict
+    or a checkpoint's hparams reach the dataclass as they are."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r}: must be true or false")
 
 
 def as_dict(config: Any) -> dict[str, Any]:

@@ -42,5 +42,8 @@ def lr_factor(
     progress = min(1.0, max(progress, on_time))
     if shape == "wsd":
         decayed = max(0.0, progress - (1.0 - warmdown)) / warmdown  # 0 .. 1 in the warmdown
-        return 1.0 - (1.0 - min_ratio) * decayed
+        # exactly 1 at the end: a tiny warmdown_ratio rounds 1 - warmdown to 1 (the lr stayed at
+        # its peak), and 1 - (1 - min_ratio) * (a rounding above 1) gave 0 a negative lr
+        left = 0.0 if progress >= 1.0 else 1.0 - min(1.0, decayed)
+        return min_ratio + (1.0 - min_ratio) * left  # min_ratio .. 1, both exact
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
