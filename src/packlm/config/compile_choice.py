@@ -106,7 +106,7 @@ def _too_short(steps: int | None, minutes: float | None) -> bool:
 
 def _run_length(steps: int | None, minutes: float | None) -> str:
     """The run's planned length in the reason's words: '5000 steps', '0.5 min', 'no limit'."""
-    parts = [f"{steps} steps"] if steps is not None else []
+    parts = [f"{steps} step{'' if steps == 1 else 's'}"] if steps is not None else []
     if minutes is not None:
         parts.append(f"{minutes:g} min")
     return " in ".join(parts) or "no step or time limit"

@@ -168,7 +168,7 @@ def compose(
     module = LitCausalLM(model=model_config, optim=optim)
     module.set_token_byte_lengths(datamodule.token_byte_lengths)  # for val/bpb
     if model_config.compile == "auto":  # decided on this machine, at every start
-        steps = _planned_steps(config, trainer, optim, resume_step)
+        steps = _planned_steps(config, trainer, optim, resume_step, datamodule)
         timer = time_limit(trainer)
         minutes = None if timer is None else timer.time_remaining() / 60
         detect_anomaly = bool(trainer_kwargs.get("detect_anomaly"))
@@ -213,17 +213,37 @@ def _schedule_horizon(config: Validated, datamodule: PackedDataModule, trainer: 
 
 
 def _planned_steps(
-    config: Validated, trainer: L.Trainer, optim: OptimConfig, resume_step: tuple[int, int] | None
+    config: Validated,
+    trainer: L.Trainer,
+    optim: OptimConfig,
+    resume_step: tuple[int, int] | None,
+    datamodule: PackedDataModule,
 ) -> int | None:
-    """The optimizer steps this start plans: the Trainer's max_steps (fast_dev_run's too) or
-    a token budget's expected steps, less those a resume has done; None: no step limit (the
-    epochs or the clock end the run)."""
+    """The optimizer steps this start plans: the Trainer's max_steps (fast_dev_run's too), a
+    token budget's expected steps or trainer.max_epochs' (`_epoch_steps` each), less those a
+    resume has done; None: no step limit (the clock ends the run, or a mixture's epochs)."""
     total = trainer.max_steps if trainer.max_steps >= 0 else None
     if total is None and config.train.max_supervised_tokens:
         total = optim.max_steps
+    if total is None and trainer.max_epochs is not None and trainer.max_epochs > 0:
+        per_epoch = _epoch_steps(datamodule, trainer)  # a 1-epoch run said "no step limit"
+        total = None if per_epoch is None else per_epoch * trainer.max_epochs
     if total is None:
         return None
     return max(0, total - (resume_step[0] if resume_step else 0))
+
+
+def _epoch_steps(datamodule: PackedDataModule, trainer: L.Trainer) -> int | None:
+    """About the optimizer steps of one epoch: epoch 0's plan in global batches (the plan
+    statistics the epoch logs anyway), under trainer.limit_train_batches; None under a
+    mixture by share, whose epochs are passes of its sources."""
+    if datamodule.mixture:
+        return None
+    samples = datamodule.plan_statistics(0)["samples"]
+    batches = samples // (datamodule.data.batch_size * trainer.world_size)
+    limit = trainer.limit_train_batches
+    batches = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
+    return batches // trainer.accumulate_grad_batches
 
 
 def _expected_batches(datamodule: PackedDataModule, world: int, accumulate: int = 1):
