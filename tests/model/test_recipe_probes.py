@@ -9,10 +9,13 @@ from __future__ import annotations
 import itertools
 import math
 import subprocess
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.trainer.states import RunningStage
 from torch.utils.data import DataLoader
 
 from helpers.models import pack_row, random_docs
@@ -277,3 +280,46 @@ def test_muon_with_accumulation_clipping_a_tied_head_and_every_option_trains(tmp
     for n, p in lit.named_parameters():
         assert torch.isfinite(p).all(), n
         assert not torch.equal(p.detach(), before[n]), f"{n} never moved"
+
+
+# --- anneal_by_time on a clock that runs out ------------------------------------------------
+
+
+class Clock(Timer):
+    """Lightning's Timer with its clock set by the test (seconds elapsed of `limit`)."""
+
+    def __init__(self, limit: float):
+        super().__init__(duration={"seconds": limit})
+        self.limit, self.now = limit, 0.0
+
+    def time_elapsed(self, stage=RunningStage.TRAINING) -> float:
+        return self.now
+
+    def time_remaining(self, stage=RunningStage.TRAINING) -> float:
+        return self.limit - self.now
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+@pytest.mark.parametrize(("max_steps", "warmup"), [(None, 5), (1000, 5), (1, 0), (3, 10)])
+def test_a_one_second_time_limit_anneals_to_min_lr_ratio_and_never_below(
+    schedule, max_steps, warmup
+):
+    """trainer.max_time=1 s with optim.anneal_by_time: the time can run out inside the warmup
+    (then the first step after it is at min_lr_ratio), the steps after the limit stay there."""
+    clock = Clock(1.0)
+    lit = LitCausalLM(TINY, {"schedule": schedule, "anneal_by_time": True, "max_steps": max_steps,
+                             "warmup_steps": warmup, "min_lr_ratio": 0.0})  # fmt: skip
+    trainer = SimpleNamespace(callbacks=[clock], estimated_stepping_batches=math.inf,
+                              world_size=1, precision_plugin=None, datamodule=None)  # fmt: skip
+    lit._trainer = trainer
+    configured = lit.configure_optimizers()
+    optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
+    peak, factors = 3e-3, []
+    for step in range(40):
+        clock.now = 0.1 * step  # the limit is reached at step 10
+        optimizer.step()  # no gradients: nothing moves; the scheduler's order
+        scheduler.step()
+        factors.append(scheduler.get_last_lr()[0] / peak)
+    assert all(math.isfinite(f) and 0.0 <= f <= 1.0 + 1e-12 for f in factors), factors
+    after = max(warmup, 10)
+    assert all(f == 0.0 for f in factors[after:]), factors  # time up, warmup done: min_lr_ratio
