@@ -285,6 +285,10 @@ def test_muon_with_accumulation_clipping_a_tied_head_and_every_option_trains(tmp
 # --- anneal_by_time on a clock that runs out ------------------------------------------------
 
 
+class FakeTrainer(SimpleNamespace):
+    """What configure_optimizers reads of a Trainer (a class: the module holds a weakref)."""
+
+
 class Clock(Timer):
     """Lightning's Timer with its clock set by the test (seconds elapsed of `limit`)."""
 
@@ -309,9 +313,9 @@ def test_a_one_second_time_limit_anneals_to_min_lr_ratio_and_never_below(
     clock = Clock(1.0)
     lit = LitCausalLM(TINY, {"schedule": schedule, "anneal_by_time": True, "max_steps": max_steps,
                              "warmup_steps": warmup, "min_lr_ratio": 0.0})  # fmt: skip
-    trainer = SimpleNamespace(callbacks=[clock], estimated_stepping_batches=math.inf,
-                              world_size=1, precision_plugin=None, datamodule=None)  # fmt: skip
-    lit._trainer = trainer
+    trainer = FakeTrainer(callbacks=[clock], estimated_stepping_batches=math.inf,
+                          world_size=1, precision_plugin=None, datamodule=None)  # fmt: skip
+    lit.trainer = trainer  # the module keeps a weak reference: `trainer` holds it
     configured = lit.configure_optimizers()
     optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
     peak, factors = 3e-3, []
