@@ -259,6 +259,7 @@ class Rows(LitCausalLM):
 
 
 @pytest.mark.filterwarnings("ignore:.*does not have many workers")
+@pytest.mark.filterwarnings("ignore:You defined a `validation_step` but have no `val_dataloader`")
 def test_muon_with_accumulation_clipping_a_tied_head_and_every_option_trains(tmp_path):
     """accumulate_grad_batches=3, gradient_clip_val, a tied head and all the options at once:
     3 optimizer steps, every weight finite, every weight with a gradient moved once."""

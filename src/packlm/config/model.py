@@ -6,7 +6,7 @@ CPU cores; scale n_layer / n_embd / context_length up on a GPU.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from packlm.config.group import ConfigGroup, check_choice, check_positive_int
@@ -262,6 +262,22 @@ class OptimConfig(ConfigGroup):
             )
         self._check_decay_keeps_weights()
         return self
+
+    def ignored(self, time_limit: bool) -> list[str]:
+        """'key=value (why)', one per setting given (not its default) that changes nothing in
+        this config: muon_* under algorithm=adamw, warmdown_ratio under schedule=cosine,
+        anneal_by_time without a time limit. A forgotten optim=muon trained AdamW in silence."""
+        out = []
+        if self.algorithm != "muon":
+            for f in fields(self):
+                value = getattr(self, f.name)
+                if f.name.startswith("muon_") and value != f.default:
+                    out.append(f"optim.{f.name}={value} (optim.algorithm=adamw: give optim=muon)")
+        if self.schedule != "wsd" and self.warmdown_ratio != OptimConfig.warmdown_ratio:
+            out.append(f"optim.warmdown_ratio={self.warmdown_ratio} (optim.schedule=cosine)")
+        if self.anneal_by_time and not time_limit:
+            out.append("optim.anneal_by_time=true (no trainer.max_time)")
+        return out
 
     def _check_decay_keeps_weights(self) -> None:
         """Decoupled weight decay multiplies a weight by 1 - lr * weight_decay at each step:

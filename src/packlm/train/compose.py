@@ -165,6 +165,9 @@ def compose(
             if shown is not None:
                 shown.budget = TokenBudget(config.train.max_supervised_tokens, batches_for)
     optim = _schedule_horizon(config, datamodule, trainer)
+    ignored = optim.ignored(time_limit(trainer) is not None)
+    if ignored:
+        log.warning("these settings have no effect in this run: %s", "; ".join(ignored))
     module = LitCausalLM(model=model_config, optim=optim)
     module.set_token_byte_lengths(datamodule.token_byte_lengths)  # for val/bpb
     if model_config.compile == "auto":  # decided on this machine, at every start
