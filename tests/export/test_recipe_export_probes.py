@@ -9,6 +9,7 @@ import json
 import pickle
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 from helpers.exports import write_checkpoint
@@ -95,3 +96,17 @@ def test_token_and_tokenizer_exports_ignore_the_model_options(
 def read(path):
     """A file's bytes; meta.pkl's content (pickle's memo may share equal strings or not)."""
     return pickle.loads(path.read_bytes()) if path.suffix == ".pkl" else path.read_bytes()
+
+
+def test_a_checkpoint_from_before_the_options_exports_to_hf(tmp_path, tiny_tokenizer):
+    """Its hparams lack the five keys: they read as off, and the export goes through."""
+    ckpt = tmp_path / "old.ckpt"
+    write_checkpoint(ckpt, tiny_tokenizer)
+    saved = torch.load(ckpt, weights_only=False)
+    for key in ("qk_norm", "mlp", "zero_init_proj", "logit_softcap", "residual_scalars"):
+        del saved["hyper_parameters"]["model"][key]
+    torch.save(saved, ckpt)
+    summary = run_export("format=hf", f"ckpt_path={ckpt}", f"out={tmp_path / 'hf'}")
+    assert "model.safetensors" in summary["files"]
+    model = json.loads((tmp_path / "hf" / "packlm_model.json").read_text())
+    assert (model["qk_norm"], model["mlp"], model["logit_softcap"]) == (False, "swiglu", None)
