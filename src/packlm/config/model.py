@@ -301,6 +301,19 @@ class OptimConfig(ConfigGroup):
                 )
 
 
+def check_strategy(optim: OptimConfig, strategy: Any) -> OptimConfig:
+    """Muon orthogonalizes whole matrices, but FSDP hands the optimizer each rank's 1-D piece
+    of every weight (Lightning's use_orig_params=True, measured: a [16, 8] weight is (122,) on
+    rank 0 and (6,) on rank 1): Muon would get no matrix and AdamW would train them all."""
+    if optim.algorithm == "muon" and isinstance(strategy, str) and strategy.startswith("fsdp"):
+        raise ConfigError(
+            f"optim.algorithm=muon: not with trainer.strategy={strategy}, which shards every "
+            "weight matrix into 1-D pieces before the optimizer sees it (Muon orthogonalizes "
+            "whole matrices); use trainer.strategy=ddp, or optim=adamw"
+        )
+    return optim
+
+
 def check_bool(key: str, value: Any) -> None:
     """ConfigError unless `value` is true or false: Hydra converts what is typed, but a dict
     or a checkpoint's hparams reach the dataclass as they are."""

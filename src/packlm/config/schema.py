@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from packlm.cache import DEFAULT_CACHE_DIR
 from packlm.config.data import DataConfig
 from packlm.config.group import ConfigGroup
-from packlm.config.model import ModelConfig, OptimConfig
+from packlm.config.model import ModelConfig, OptimConfig, check_strategy
 from packlm.config.tokenizer import TokenizerConfig
 from packlm.config.trainer import SIGNATURE_CHECKS, TrainerConfig, TrainerSchema
 from packlm.errors import ConfigError
@@ -272,7 +272,7 @@ def validate_config(cfg: DictConfig, lightning: bool = True) -> Validated:
         data=DataConfig.from_mapping(cfg.data).validate(model_context=model.context_length),
         tokenizer=tokenizer,
         model=model,
-        optim=OptimConfig.from_mapping(cfg.optim),
+        optim=check_strategy(OptimConfig.from_mapping(cfg.optim), trainer.strategy),
         trainer=trainer,
         train=train,
     )

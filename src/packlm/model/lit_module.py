@@ -58,6 +58,8 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
             {"model": as_dict(self.model_config), "optim": as_dict(self.optim_config)}
         )
         self.model = Transformer(self.model_config)
+        # each weight's rank as built: FSDP hands configure_optimizers 1-D shards of them
+        self._built_dims = {id(p): p.dim() for p in self.model.parameters()}
         self.runs_compiled = False  # whether _run_model / _run_hidden are compiled views
         # model.compile=auto runs eagerly unless train.py decides otherwise at the run's start
         self.use_compiled_views(self.model_config.compile is True)
@@ -249,14 +251,15 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
         o = self.optim_config
         embedding, head = self.model.wte.weight, self.model.lm_head.weight
         params = list(self.model.parameters())  # tied weights appear once
-        vectors = [p for p in params if p.dim() < 2]
+        matrix = {id(p) for p in params if self._built_dims.get(id(p), p.dim()) >= 2}  # not .dim()
+        vectors = [p for p in params if id(p) not in matrix]
         embedding_group = {
             "params": [embedding],
             "weight_decay": o.weight_decay,
             "lr": o.lr * o.embedding_lr_ratio,
         }
         if o.algorithm == "muon":
-            hidden = [p for p in params if p.dim() >= 2 and p is not embedding and p is not head]
+            hidden = [p for p in params if id(p) in matrix and p is not embedding and p is not head]
             groups = [
                 {"params": hidden, "weight_decay": o.muon_weight_decay, "lr": o.muon_lr, "muon": True},
                 embedding_group,
@@ -264,7 +267,7 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
                 {"params": vectors, "weight_decay": 0.0, "lr": o.lr},
             ]  # fmt: skip
         else:
-            matrices = [p for p in params if p.dim() >= 2 and p is not embedding]
+            matrices = [p for p in params if id(p) in matrix and p is not embedding]
             groups = [
                 {"params": matrices, "weight_decay": o.weight_decay, "lr": o.lr},
                 embedding_group,
