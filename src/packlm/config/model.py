@@ -151,7 +151,8 @@ class OptimConfig(ConfigGroup):
     """adamw: AdamW for every weight. muon (optim=muon): Muon for the hidden matrices
     (attention and MLP weights; muon_* keys), AdamW for the embedding, the head and the
     vectors (lr, embedding_lr_ratio, betas, eps, weight_decay), as in nanochat and
-    modded-nanogpt (packlm.model.muon)."""
+    modded-nanogpt (packlm.model.muon). Not with trainer.strategy=fsdp, which shards the
+    matrices into 1-D pieces: DDP keeps them whole."""
     lr: float = 3e-3
     """Peak learning rate of AdamW (under optim=muon: of the head and vectors), reached at
     the end of warmup."""
