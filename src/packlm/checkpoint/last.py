@@ -47,6 +47,7 @@ class TrainingDiverged(RuntimeError):
             else f"{last.path} was not written by this run"
         )
         super().__init__(
-            f"training diverged at step {step}: {what}; {kept}. Try a lower optim.lr, a longer "
+            f"training diverged at step {step}: {what}; {kept}. Try a lower optim.lr (and "
+            "optim.muon_lr under optim=muon), a longer "
             "optim.warmup_steps, trainer.gradient_clip_val=1.0 or trainer.precision=32-true"
         )
