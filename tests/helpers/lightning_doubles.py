@@ -52,3 +52,14 @@ class SaveAt(L.Callback):
     def on_train_batch_end(self, trainer, *args):
         if trainer.global_step == self.step and not self.path.exists():
             trainer.save_checkpoint(self.path)
+
+
+class StopAfter(L.Callback):
+    """Stops training once global_step reaches `step` (a run cut short, to resume)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True

@@ -9,13 +9,13 @@ import logging
 import subprocess
 import sys
 import textwrap
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from helpers.logs import logged
 from helpers.models import cat_rows, pack_row, random_docs, tiny_config
 from helpers.runs import ROOT, run_train, subprocess_env, tiny_overrides, train_command
 from packlm.config import compile_choice
@@ -203,23 +203,6 @@ def failing_compile(calls: list):
         return run
 
     return compile_
-
-
-@contextmanager
-def logged(name: str):
-    """The messages logged to logger `name` (Hydra's logging setup may stop propagation)."""
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = records.append
-    logger = logging.getLogger(name)
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield records
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
 
 
 def loss_and_grads(lit: LitCausalLM, batch=BATCH):

@@ -5,13 +5,13 @@ raises if called)."""
 
 from __future__ import annotations
 
-import logging
 from contextlib import contextmanager
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from helpers.logs import logged
 from helpers.runs import tiny_overrides
 from packlm.config import compile_choice
 from packlm.config.schema import CONFIG_DIR
@@ -43,20 +43,10 @@ def pays_from_100_steps(monkeypatch):
 @contextmanager
 def said():
     """The messages of packlm.train.compose that name model.compile."""
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = records.append
-    logger = logging.getLogger("packlm.train.compose")
-    old = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
     lines: list[str] = []
-    try:
+    with logged("packlm.train.compose") as records:
         yield lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
-        lines += [r.getMessage() for r in records if "model.compile" in r.getMessage()]
+    lines += [r.getMessage() for r in records if "model.compile" in r.getMessage()]
 
 
 def run(corpus, tmp_path, *extra):

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import pytest
 from hydra import compose, initialize_config_dir
 
+from helpers.logs import logged
 from helpers.runs import tiny_overrides
 from packlm.config.model import OptimConfig
 from packlm.config.schema import CONFIG_DIR
@@ -42,17 +43,11 @@ def test_ignored_names_what_changes_nothing():
 
 @contextmanager
 def warned():
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = records.append
-    logger = logging.getLogger("packlm.train.compose")
-    logger.addHandler(handler)
+    """The warnings of packlm.train.compose that name settings with no effect."""
     lines: list[str] = []
-    try:
+    with logged("packlm.train.compose", logging.WARNING) as records:
         yield lines
-    finally:
-        logger.removeHandler(handler)
-        lines += [r.getMessage() for r in records if "no effect" in r.getMessage()]
+    lines += [r.getMessage() for r in records if "no effect" in r.getMessage()]
 
 
 def test_muon_keys_without_optim_muon_are_said_to_change_nothing(tiny_corpus, tmp_path):

@@ -4,26 +4,17 @@ of the other optimizer is refused in one line."""
 
 from __future__ import annotations
 
-import lightning as L
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from helpers.lightning_doubles import StopAfter
 from helpers.runs import reliability_overrides
 from packlm.config.schema import CONFIG_DIR
 from packlm.errors import ConfigError
 from packlm.train import train
 
 MUON = ("optim=muon", "trainer.accumulate_grad_batches=2", "optim.muon_momentum_warmup_steps=4")
-
-
-class StopAfter(L.Callback):
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step >= self.step:
-            trainer.should_stop = True
 
 
 def checkpoint(run):

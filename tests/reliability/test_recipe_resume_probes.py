@@ -9,19 +9,11 @@ import lightning as L
 import pytest
 import torch
 
+from helpers.lightning_doubles import StopAfter
 from packlm.errors import ConfigError
 from packlm.train import train
 
 MUON = ("optim=muon", "optim.muon_momentum_warmup_steps=4")
-
-
-class StopAfter(L.Callback):
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step >= self.step:
-            trainer.should_stop = True
 
 
 class FirstWeights(L.Callback):
