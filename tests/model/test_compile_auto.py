@@ -243,7 +243,7 @@ def test_a_failed_first_compiled_call_under_auto_warns_once_and_steps_as_eager(
     monkeypatch.setattr(torch, "compile", failing_compile(calls))
     lit = fresh()
     lit.use_compiled_views(True, fallback=True)
-    with logged("packlm.model.lit_module") as records:
+    with logged("packlm.model.compiled_views") as records:
         got, got_grads = loss_and_grads(lit)
         lit.zero_grad()
         again, _ = loss_and_grads(lit)  # eager from now on: no second try, no second line
@@ -273,7 +273,7 @@ def test_a_model_error_is_raised_as_it_is_not_blamed_on_the_compile(monkeypatch)
     for compile_value, fallback in ((True, False), ("auto", True)):
         lit = fresh(compile_value)
         lit.use_compiled_views(True, fallback=fallback)
-        with logged("packlm.model.lit_module") as records, pytest.raises(IndexError):
+        with logged("packlm.model.compiled_views") as records, pytest.raises(IndexError):
             lit._sum_ce(bad)
         assert records == [] and lit.runs_compiled
 
@@ -325,7 +325,7 @@ def test_a_run_whose_compile_fails_under_auto_trains_as_the_eager_run(
     eager = train(compose_run(tiny_corpus, cache, "model.compile=false"), run_dir=tmp_path / "e")
     calls = []
     monkeypatch.setattr(torch, "compile", failing_compile(calls))
-    with logged("packlm.train.compose") as said, logged("packlm.model.lit_module") as warned:
+    with logged("packlm.train.compose") as said, logged("packlm.model.compiled_views") as warned:
         fell = train(compose_run(tiny_corpus, cache), run_dir=tmp_path / "f")
     assert fell == eager  # every metric, to the bit
     lines = [r.getMessage() for r in said if "model.compile" in r.getMessage()]

@@ -84,6 +84,13 @@ def check_finite(key: str, value: Any) -> None:
             check_finite(f"{key}[{i}]", v)
 
 
+def check_bool(key: str, value: Any) -> None:
+    """ConfigError unless `value` is true or false: Hydra converts what is typed, but a dict
+    or a checkpoint's hparams reach the dataclass as they are."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r}: must be true or false")
+
+
 def check_positive_int(key: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ConfigError(f"{key}={value!r}: must be a positive integer")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
-from packlm.config.group import ConfigGroup, check_choice, check_positive_int
+from packlm.config.group import ConfigGroup, check_bool, check_choice, check_positive_int
 from packlm.errors import ConfigError
 
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex", "matmul")
@@ -313,13 +313,6 @@ def check_strategy(optim: OptimConfig, strategy: Any) -> OptimConfig:
             "whole matrices); use trainer.strategy=ddp, or optim=adamw"
         )
     return optim
-
-
-def check_bool(key: str, value: Any) -> None:
-    """ConfigError unless `value` is true or false: Hydra converts what is typed, but a dict
-    or a checkpoint's hparams reach the dataclass as they are."""
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}={value!r}: must be true or false")
 
 
 def as_dict(config: Any) -> dict[str, Any]:

@@ -19,7 +19,6 @@ With optim.anneal_by_time and trainer.max_time the cosine also runs on Lightning
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,19 +31,16 @@ from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_info, r
 from torch import Tensor
 
 from packlm.batch import IGNORE_INDEX
-from packlm.config.compile_choice import first_line
 from packlm.config.model import ModelConfig, OptimConfig, as_dict, param_group_names
-from packlm.errors import ConfigError
+from packlm.model.compiled_views import CompiledViews
 from packlm.model.loss import document_weights, head_cross_entropy
 from packlm.model.muon import MuonAdamW, bf16_native
 from packlm.model.schedule import lr_factor, time_limit
 from packlm.model.step_loss import ExactStepLoss
 from packlm.model.transformer import Transformer
 
-log = logging.getLogger(__name__)
 
-
-class LitCausalLM(ExactStepLoss, L.LightningModule):
+class LitCausalLM(ExactStepLoss, CompiledViews, L.LightningModule):
     def __init__(
         self,
         model: ModelConfig | Mapping[str, Any] | None = None,
@@ -60,7 +56,6 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
         self.model = Transformer(self.model_config)
         # each weight's rank as built: FSDP hands configure_optimizers 1-D shards of them
         self._built_dims = {id(p): p.dim() for p in self.model.parameters()}
-        self.runs_compiled = False  # whether _run_model / _run_hidden are compiled views
         # model.compile=auto runs eagerly unless train.py decides otherwise at the run's start
         self.use_compiled_views(self.model_config.compile is True)
         self.register_buffer("token_byte_lengths", None, persistent=False)
@@ -86,47 +81,6 @@ class LitCausalLM(ExactStepLoss, L.LightningModule):
                 f"({self.model_config.vocab_size},) = (model.vocab_size,)"
             )
         self.token_byte_lengths = lengths
-
-    def use_compiled_views(self, on: bool, fallback: bool = False) -> None:
-        """Run the model through torch.compile'd views (`on`) or as it is. The views are of
-        the same module, not submodules (the same state_dict: checkpoints do not depend on
-        it): the whole model for logits, its trunk for the chunked head (large CPU logits).
-
-        The first call of each view is guarded: if it raises, the same call runs eagerly (a
-        model error raises again there, as it is); if that works the compile was at fault:
-        with `fallback` (model.compile=auto) one warning and eager steps from then on, else
-        (model.compile=true) a ConfigError. The step then computes what an eager one does."""
-        self.runs_compiled = on
-        model, hidden = self.model, self.model.hidden
-        if on:
-            model = self._first_call_guard("_run_model", torch.compile(model), model, fallback)
-            hidden = self._first_call_guard("_run_hidden", torch.compile(hidden), hidden, fallback)
-        object.__setattr__(self, "_run_model", model)  # not a submodule: the same state_dict
-        object.__setattr__(self, "_run_hidden", hidden)
-
-    def _first_call_guard(self, name: str, compiled, eager, fallback: bool):
-        """`compiled`, whose first call falls back to `eager` if it fails (use_compiled_views)."""
-
-        def first_call(*args):
-            try:
-                out = compiled(*args)
-            except Exception as e:  # torch's compile errors live in private modules
-                out = eager(*args)  # the model's own errors raise here
-                reason = first_line(e)
-                if not fallback:
-                    raise ConfigError(
-                        f"model.compile=true: torch.compile failed ({reason}); eager steps "
-                        "work: model.compile=auto falls back to them, false turns it off"
-                    ) from None
-                log.warning("model.compile=auto: compiling failed (%s); the run goes on "
-                            "eagerly (model.compile=false silences this)", reason)  # fmt: skip
-                self.use_compiled_views(False)
-                return out
-            if torch.is_grad_enabled():  # the training graph compiled too: no guard from now on
-                object.__setattr__(self, name, compiled)
-            return out
-
-        return first_call
 
     def forward(self, input_ids, segment_ids=None, position_ids=None) -> Tensor:
         return self._run_model(input_ids, segment_ids, position_ids)  # [B, T, V]
