@@ -164,7 +164,8 @@ def _turn_list(
             raise BadRecord(
                 "wrong_type", f"{where}.{role_key} is {type(role).__name__}, not a string"
             )
-        if role.strip().lower() not in roles:
+        name = role.strip().lower()  # "Assistant", " user": the role they name
+        if name not in roles:
             raise BadRecord(
                 "unknown_role", f"{where}.{role_key}={role[:40]!r}: not one of {sorted(roles)}"
             )
@@ -176,7 +177,7 @@ def _turn_list(
                 "wrong_type",
                 f"{where}.{content_key} is {type(content).__name__}, not a string{extra}",
             )
-        turns.append((roles[role.strip().lower()], content))
+        turns.append((roles[name], content))
     return turns
 
 
